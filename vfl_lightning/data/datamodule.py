@@ -1,0 +1,207 @@
+"""VerticalDataModule: a dataset split into train/val/test and vertically into party slices.
+
+Batches are ``(xs, y, idx)``: ``xs`` a list with party m's slice of the batch, ``y`` the labels and
+``idx`` the sample indices within the stage's split. All tensors are preloaded; a batch is one
+index slice per party (no per-sample Python work).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from vfl_lightning.data.datasets import RawDataset, load_dataset
+from vfl_lightning.data.partition import PartySlice, make_partition
+
+STAGES = ("train", "val", "test")
+
+
+class PartyTensors(Dataset):
+    """One split held as per-party tensors; indexing with a list of indices returns a whole batch."""
+
+    def __init__(self, xs: list[torch.Tensor], y: torch.Tensor) -> None:
+        self.xs = xs
+        self.y = y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, index):
+        idx = torch.as_tensor(index, dtype=torch.long)
+        return [x[idx] for x in self.xs], self.y[idx], idx
+
+
+class EpochBatchSampler(Sampler[list[int]]):
+    """Yields index batches; the order of epoch e is a function of (seed, e) alone.
+
+    Lightning calls :meth:`set_epoch`, so a run resumed at epoch e sees the same batches as an
+    uninterrupted one.
+    """
+
+    def __init__(self, size: int, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool = False):
+        self.size = size
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return self.size // self.batch_size
+        return -(-self.size // self.batch_size)
+
+    def __iter__(self):
+        if self.shuffle:
+            gen = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+            order = torch.randperm(self.size, generator=gen)
+        else:
+            order = torch.arange(self.size)
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            yield order[start : start + self.batch_size].tolist()
+
+
+class VerticalDataModule(L.LightningDataModule):
+    """Loads ``name``, splits it (seeded, stratified), scales on train only, partitions it."""
+
+    def __init__(
+        self,
+        name: str = "digits",
+        num_parties: int = 4,
+        partition: str = "quadrants",
+        columns: Sequence[Sequence[int]] | None = None,
+        batch_size: int = 32,
+        eval_batch_size: int = 512,
+        val_fraction: float = 0.15,
+        test_fraction: float = 0.15,
+        scaling: str = "standard",
+        seed: int = 0,
+        data_dir: str | None = None,
+        options: dict | None = None,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        for label, frac in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+            if not 0.0 <= frac < 1.0:
+                raise ValueError(f"{label} must be in [0, 1), got {frac}")
+        if val_fraction + test_fraction >= 1.0:
+            raise ValueError(
+                f"val_fraction + test_fraction must be < 1, got {val_fraction + test_fraction}"
+            )
+        if scaling not in ("standard", "none"):
+            raise ValueError(f"scaling must be 'standard' or 'none', got {scaling!r}")
+        self.name = name
+        self.num_parties = num_parties
+        self.partition = partition
+        self.columns = columns
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.val_fraction = val_fraction
+        self.test_fraction = test_fraction
+        self.scaling = scaling
+        self.seed = seed
+        self.data_dir = data_dir
+        self.options = dict(options or {})
+        self.drop_last = drop_last
+        self.splits: dict[str, PartyTensors] = {}
+        self.slices: list[PartySlice] = []
+        self.num_classes: int = 0
+        self._prepared = False
+        self.prepare()
+
+    # The data are small and preloaded: everything happens once, at construction, so that
+    # ``party_shapes`` and ``num_classes`` are known before the models are built.
+    def prepare(self) -> None:
+        raw = load_dataset(self.name, self.data_dir, **self.options)
+        self.raw_name = raw.name
+        self.num_classes = raw.num_classes
+        feature_shape = raw.x.shape[1:]
+        self.slices = make_partition(
+            self.partition,
+            feature_shape,
+            self.num_parties,
+            columns=self.columns,
+            view_sizes=raw.view_sizes,
+        )
+        index = self._split_indices(raw)
+        x_train = raw.x[index["train"]]
+        mean, std = self._scaling_stats(x_train, raw.is_image)
+        for stage, rows in index.items():
+            flat = ((raw.x[rows] - mean) / std).reshape(len(rows), -1)
+            xs = [
+                torch.from_numpy(np.ascontiguousarray(flat[:, s.index])).reshape(len(rows), *s.shape)
+                for s in self.slices
+            ]
+            self.splits[stage] = PartyTensors(xs, torch.from_numpy(raw.y[rows]))
+        self.split_index = index
+        self._prepared = True
+
+    def _split_indices(self, raw: RawDataset) -> dict[str, np.ndarray]:
+        everything = np.arange(len(raw.y))
+        if raw.test_index is not None:
+            test = np.asarray(raw.test_index)
+            pool = np.setdiff1d(everything, test)
+            val_share = self.val_fraction
+        else:
+            pool, test = self._stratified(everything, raw.y, self.test_fraction, self.seed)
+            val_share = self.val_fraction / (1.0 - self.test_fraction)
+        train, val = self._stratified(pool, raw.y, val_share, self.seed + 1)
+        return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
+
+    @staticmethod
+    def _stratified(rows: np.ndarray, y: np.ndarray, fraction: float, seed: int):
+        from sklearn.model_selection import train_test_split
+
+        if fraction <= 0:
+            return rows, rows[:0]
+        labels = y[rows]
+        _, counts = np.unique(labels, return_counts=True)
+        stratify = labels if counts.min() >= 2 else None
+        return train_test_split(rows, test_size=fraction, random_state=seed, stratify=stratify)
+
+    def _scaling_stats(self, x_train: np.ndarray, is_image: bool):
+        if self.scaling == "none":
+            return np.float32(0.0), np.float32(1.0)
+        if is_image:
+            mean = x_train.mean(dtype=np.float64)
+            std = x_train.std(dtype=np.float64)
+            return np.float32(mean), np.float32(std if std > 0 else 1.0)
+        mean = x_train.mean(axis=0, dtype=np.float64)
+        std = x_train.std(axis=0, dtype=np.float64)
+        std[std == 0] = 1.0
+        return mean.astype(np.float32), std.astype(np.float32)
+
+    @property
+    def party_shapes(self) -> list[tuple[int, ...]]:
+        """Input shape of one sample for each party."""
+        return [s.shape for s in self.slices]
+
+    def _loader(self, stage: str) -> DataLoader:
+        split = self.splits[stage]
+        train = stage == "train"
+        sampler = EpochBatchSampler(
+            len(split),
+            self.batch_size if train else self.eval_batch_size,
+            shuffle=train,
+            seed=self.seed,
+            drop_last=self.drop_last and train,
+        )
+        return DataLoader(split, sampler=sampler, batch_size=None, num_workers=0)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")

@@ -1,0 +1,113 @@
+"""The mechanism interface: how the parties' embeddings reach the server.
+
+A mechanism has a party side (:meth:`Mechanism.encode`: what each party puts on the wire) and a
+server side (:meth:`Mechanism.fuse`: the server's input built from what arrived). Gradients pass
+straight through (:meth:`Mechanism.party_gradients`): party m receives dL/d(fused) mapped to its
+own embedding, ∂h̃/∂h_m = I for sums. Plain torch; randomness only from the generator passed in.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import torch
+
+FUSIONS = ("sum", "mean", "concat")
+
+
+def check_fusion(fusion: str) -> str:
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+    return fusion
+
+
+def fuse_tensors(tensors: Sequence[torch.Tensor], fusion: str) -> torch.Tensor:
+    """Sum, mean or concatenation (last dimension) of the party tensors."""
+    if fusion == "concat":
+        return torch.cat(list(tensors), dim=-1)
+    total = torch.stack(list(tensors)).sum(0)
+    return total / len(tensors) if fusion == "mean" else total
+
+
+def split_gradient(grad: torch.Tensor, fusion: str, widths: Sequence[int]) -> list[torch.Tensor]:
+    """The gradient each party's embedding receives from dL/d(fused) under ``fusion``."""
+    if fusion == "concat":
+        return list(torch.split(grad, list(widths), dim=-1))
+    if fusion == "mean":
+        grad = grad / len(widths)
+    return [grad] * len(widths)
+
+
+def fused_width(widths: Sequence[int], fusion: str) -> int:
+    """Width of the fused server input: the common width for sum/mean, the total for concat."""
+    if fusion == "concat":
+        return int(sum(widths))
+    if len(set(widths)) != 1:
+        raise ValueError(
+            f"fusion '{fusion}' needs every party embedding to have the same width, got {list(widths)}"
+        )
+    return int(widths[0])
+
+
+class Mechanism(ABC):
+    """Party-side encoding, server-side fusion and straight-through gradients.
+
+    ``fusion`` says how the server combines the parties (sum, mean, concat). ``apply_at_eval``
+    says whether validation and test also go through the mechanism (as a deployment would) or see
+    the plain fusion of the clean embeddings. ``bits_per_element`` is the uplink width of one
+    element of a message (``None``: the payload dtype's width). ``stats`` holds the last
+    training step's diagnostics as tensors (logged by the algorithm, never synchronized here).
+    """
+
+    bits_per_element: int | None = None
+
+    def __init__(self, fusion: str = "sum", apply_at_eval: bool = True) -> None:
+        self.fusion = check_fusion(fusion)
+        self.apply_at_eval = bool(apply_at_eval)
+        self.stats: dict[str, torch.Tensor] = {}
+
+    def fused_width(self, widths: Sequence[int]) -> int:
+        return fused_width(widths, self.fusion)
+
+    @abstractmethod
+    def encode(
+        self,
+        embeddings: Sequence[torch.Tensor],
+        *,
+        generator: torch.Generator | None = None,
+        round: int = 0,
+    ) -> list[torch.Tensor]:
+        """Party side: the message each party m sends for its (detached) embedding."""
+
+    @abstractmethod
+    def fuse(self, messages: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Server side: the fused float input of the server model, from the received messages."""
+
+    def party_gradients(self, grad: torch.Tensor, widths: Sequence[int]) -> list[torch.Tensor]:
+        """Straight-through: the gradient for each party's embedding from dL/d(fused)."""
+        return split_gradient(grad, self.fusion, widths)
+
+    def release(
+        self,
+        embeddings: Sequence[torch.Tensor],
+        *,
+        generator: torch.Generator | None = None,
+        round: int = 0,
+    ) -> torch.Tensor:
+        """Encode and fuse in one go (evaluation; no wire accounting)."""
+        return self.fuse(self.encode(embeddings, generator=generator, round=round))
+
+    def evaluate(
+        self, embeddings: Sequence[torch.Tensor], *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """The server input at validation/test time, honouring ``apply_at_eval``."""
+        if self.apply_at_eval:
+            return self.release(embeddings, generator=generator)
+        return fuse_tensors(embeddings, self.fusion)
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        return None

@@ -1,0 +1,67 @@
+"""Communication ledger: bits per party and direction, rounds, and an optional transcript."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+UPLINK = "up"
+DOWNLINK = "down"
+PEER = "peer"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One message as the transcript records it."""
+
+    round: int
+    direction: str
+    party: int
+    kind: str
+    shape: tuple[int, ...]
+    bits: int
+
+
+class Ledger:
+    """Counts bits per party per direction and communication rounds.
+
+    ``uplink`` is party -> server, ``downlink`` server -> party, ``peer`` party -> party (FedVS
+    shares; charged to the sender). Bits are Python ints computed from shapes, so counting never
+    synchronizes with an accelerator. ``transcript_size`` > 0 keeps the last that many messages.
+    """
+
+    def __init__(self, num_parties: int, transcript_size: int = 0) -> None:
+        self.num_parties = num_parties
+        self.transcript_size = transcript_size
+        self.reset()
+
+    def reset(self) -> None:
+        self.bits = {d: [0] * self.num_parties for d in (UPLINK, DOWNLINK, PEER)}
+        self.rounds = 0
+        self.transcript: deque[Entry] = deque(maxlen=self.transcript_size or None)
+
+    def record(self, direction: str, party: int, bits: int, kind: str = "", shape=()) -> None:
+        self.bits[direction][party] += bits
+        if self.transcript_size:
+            self.transcript.append(Entry(self.rounds, direction, party, kind, tuple(shape), bits))
+
+    def end_round(self) -> None:
+        self.rounds += 1
+
+    def total_bits(self, direction: str) -> int:
+        return sum(self.bits[direction])
+
+    def megabytes(self, direction: str) -> float:
+        """Total of ``direction`` in MB (10^6 bytes)."""
+        return self.total_bits(direction) / 8e6
+
+    def state_dict(self) -> dict:
+        return {"bits": {d: list(v) for d, v in self.bits.items()}, "rounds": self.rounds}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["bits"][UPLINK]) != self.num_parties:
+            raise ValueError(
+                f"ledger state is for {len(state['bits'][UPLINK])} parties, this run has {self.num_parties}"
+            )
+        self.bits = {d: list(v) for d, v in state["bits"].items()}
+        self.rounds = int(state["rounds"])

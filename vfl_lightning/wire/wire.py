@@ -1,0 +1,83 @@
+"""The wire: every value that crosses between parties and the server goes through it.
+
+It counts bits in the :class:`Ledger`, moves the :class:`SimulatedClock`, and keeps what the
+receiving side observed last (``observed``), so attacks and tests can look at exactly that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from vfl_lightning.wire.clock import SimulatedClock
+from vfl_lightning.wire.ledger import DOWNLINK, PEER, UPLINK, Ledger
+
+
+def tensor_bits(tensor: torch.Tensor, bits_per_element: int | None = None) -> int:
+    """Bits of ``tensor`` on the wire: its element count times ``bits_per_element``
+    (default: the dtype's own width, e.g. 32 for float32)."""
+    width = bits_per_element if bits_per_element is not None else tensor.element_size() * 8
+    return tensor.numel() * width
+
+
+class Wire:
+    """Sends messages between M parties and the server, counting and timing them."""
+
+    def __init__(
+        self, num_parties: int, clock: SimulatedClock | None = None, transcript_size: int = 0
+    ) -> None:
+        self.num_parties = num_parties
+        self.ledger = Ledger(num_parties, transcript_size)
+        self.clock = clock or SimulatedClock()
+        self.observed: dict[str, dict[int, torch.Tensor]] = {UPLINK: {}, DOWNLINK: {}, PEER: {}}
+        self._round_bits = {UPLINK: [0] * num_parties, DOWNLINK: [0] * num_parties}
+
+    def send(
+        self,
+        direction: str,
+        party: int,
+        payload: torch.Tensor,
+        *,
+        bits_per_element: int | None = None,
+        kind: str = "",
+    ) -> torch.Tensor:
+        """Carry ``payload`` (detached) between party ``party`` and the server; return what arrives."""
+        payload = payload.detach()
+        bits = tensor_bits(payload, bits_per_element)
+        self.ledger.record(direction, party, bits, kind, payload.shape)
+        if direction in self._round_bits:
+            self._round_bits[direction][party] += bits
+        self.observed[direction][party] = payload
+        return payload
+
+    def uplink(
+        self, payloads: Sequence[torch.Tensor], *, bits_per_element: int | None = None, kind: str = "embedding"
+    ) -> list[torch.Tensor]:
+        """Each party m sends ``payloads[m]`` to the server."""
+        return [
+            self.send(UPLINK, m, p, bits_per_element=bits_per_element, kind=kind)
+            for m, p in enumerate(payloads)
+        ]
+
+    def downlink(
+        self, payloads: Sequence[torch.Tensor], *, bits_per_element: int | None = None, kind: str = "gradient"
+    ) -> list[torch.Tensor]:
+        """The server sends ``payloads[m]`` to party m."""
+        return [
+            self.send(DOWNLINK, m, p, bits_per_element=bits_per_element, kind=kind)
+            for m, p in enumerate(payloads)
+        ]
+
+    def end_round(self) -> None:
+        """Close a synchronous communication round: count it and advance the clock."""
+        self.clock.sync_round(self._round_bits[UPLINK], self._round_bits[DOWNLINK])
+        self.ledger.end_round()
+        self._round_bits = {UPLINK: [0] * self.num_parties, DOWNLINK: [0] * self.num_parties}
+
+    def state_dict(self) -> dict:
+        return {"ledger": self.ledger.state_dict(), "clock": self.clock.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ledger.load_state_dict(state["ledger"])
+        self.clock.load_state_dict(state["clock"])
