@@ -121,7 +121,11 @@ def test_proximal_gradient_is_mu_times_theta_minus_theta_at_exchange(make_cfg):
     grads = {}
     for algo, weight in (("fedbcd", 0.0), ("fedpbcd", mu)):
         cfg = make_cfg(
-            f"algo={algo}", f"algo.mu={weight}", "algo.local_steps=2", "trainer.max_steps=2", *common
+            f"algo={algo}",
+            f"algo.mu={weight}",
+            "algo.local_steps=2",
+            "trainer.max_steps=2",
+            *common,
         )
         _, module, _ = fit(cfg)
         grads[algo] = {name: p.grad.clone() for name, p in module.named_parameters()}
@@ -227,7 +231,9 @@ def test_active_party_gradients_are_the_centralized_ones_and_never_cross_the_wir
     for (name, p_vfl), p_central in zip(module.named_parameters(), central.parameters()):
         torch.testing.assert_close(p_vfl.grad, p_central.grad, rtol=1e-5, atol=1e-7, msg=name)
     ledger = module.wire.ledger
-    assert ledger.bits["up"] == [batch * width * 32] * 2  # two wire parties, nothing from the server
+    assert (
+        ledger.bits["up"] == [batch * width * 32] * 2
+    )  # two wire parties, nothing from the server
     assert ledger.bits["down"] == [batch * width * 32] * 2
 
 
@@ -246,7 +252,9 @@ def test_binary_digits_and_active_party_data():
     assert torch.equal(dm.splits["train"].y, torch.from_numpy((digits[rows] < 5).astype("int64")))
     xs, _, _ = next(iter(dm.train_dataloader()))
     assert len(xs) == 2
-    with pytest.raises(ValueError, match=r"active_party=true needs data.num_parties >= 2 \(.*got 1"):
+    with pytest.raises(
+        ValueError, match=r"active_party=true needs data.num_parties >= 2 \(.*got 1"
+    ):
         VerticalDataModule("breast_cancer", num_parties=1, partition="even", active_party=True)
 
 

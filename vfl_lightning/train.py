@@ -30,7 +30,9 @@ def build(cfg: DictConfig):
     parties = [instantiate(cfg.party)(input_shape=shape) for shape in datamodule.party_shapes]
     # An active label holder (data.active_party=true) gets its own party model for its own slice.
     server_shape = getattr(datamodule, "server_shape", None)
-    server_party = None if server_shape is None else instantiate(cfg.party)(input_shape=server_shape)
+    server_party = (
+        None if server_shape is None else instantiate(cfg.party)(input_shape=server_shape)
+    )
     mechanism = instantiate(cfg.mechanism)(num_parties=num_parties)
     widths = [p.embedding_dim for p in parties]
     if server_party is not None:

@@ -101,12 +101,12 @@ class FedBCD(SyncVFL):
         super().setup(stage)
         trainer = self.trainer
         max_steps = trainer.max_steps
-        if stage == "fit" and not trainer.fast_dev_run and max_steps > 0:
-            if max_steps % self.local_steps:
-                raise ValueError(
-                    "trainer.max_steps counts iterations (Q per exchange round) and must be a "
-                    f"multiple of algo.local_steps = {self.local_steps}, got {max_steps}"
-                )
+        fitting = stage == "fit" and not trainer.fast_dev_run
+        if fitting and max_steps > 0 and max_steps % self.local_steps:
+            raise ValueError(
+                "trainer.max_steps counts iterations (Q per exchange round) and must be a "
+                f"multiple of algo.local_steps = {self.local_steps}, got {max_steps}"
+            )
 
     # ------------------------------------------------------------- schedule and anchors
     @property
@@ -219,4 +219,3 @@ class FedBCD(SyncVFL):
         out = super().results()
         out["algo/local_steps"] = self.local_steps
         return out
-
