@@ -164,7 +164,10 @@ def _rounds_to_auc(make_cfg, algo, q, seed, target, epochs):
     datamodule, module = _build(cfg)
     tracker = StopAtTarget("val/auroc", target)
     _fit_module(cfg, datamodule, module, [tracker])
-    return tracker.results()["rounds_to_target"]
+    reached = tracker.results()["rounds_to_target"]
+    # A run that never reaches the target counts as one round more than it ran, fewer than it
+    # would need: the comparison below is conservative.
+    return module.wire.ledger.rounds + 1 if reached is None else reached
 
 
 def test_q5_reaches_the_target_auc_in_at_least_half_the_rounds_of_q1(make_cfg):
@@ -173,12 +176,8 @@ def test_q5_reaches_the_target_auc_in_at_least_half_the_rounds_of_q1(make_cfg):
         q: [_rounds_to_auc(make_cfg, algo, q, s, target, epochs) for s in seeds]
         for algo, q in (("fedsgd", 1), ("fedbcd", 5))
     }
-    assert None not in rounds[5], rounds
-    # A run that never reaches the target within the 6 epochs of 6 rounds counts as 37 rounds,
-    # fewer than it would need: the comparison is conservative.
-    never = epochs * 6 + 1
-    mean = {q: sum(never if r is None else r for r in rs) / len(rs) for q, rs in rounds.items()}
-    assert 2 * mean[5] <= mean[1], rounds
+    assert max(rounds[5]) <= epochs * 7, rounds  # every Q = 5 run reached it (7 rounds / epoch)
+    assert 2 * sum(rounds[5]) <= sum(rounds[1]), rounds
 
 
 def test_lr_schedules_follow_the_exchange_round(make_cfg):
