@@ -15,6 +15,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,17 +98,25 @@ def _record_digest(path: Path, digest: str) -> None:
     )
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    handle = tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, prefix=f".{path.name}.", suffix=".part", delete=False
-    )
+@contextmanager
+def atomic_writer(path: Path, mode: str = "wb"):
+    """Write to a temporary file beside ``path``; rename it over ``path`` only if the block ends
+    without error, else delete it (no half file survives an interruption)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
-        with handle:
-            handle.write(text)
-        os.replace(handle.name, path)
+        with os.fdopen(descriptor, mode) as handle:
+            yield handle
+        os.chmod(partial, 0o644)
+        os.replace(partial, path)
     except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
+        Path(partial).unlink(missing_ok=True)
         raise
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    with atomic_writer(path, "w") as handle:
+        handle.write(text)
 
 
 def expected_digests(path: Path, remote: RemoteFile) -> tuple[str, ...]:
@@ -139,34 +148,26 @@ def download(remote: RemoteFile, path: Path) -> None:
     """Stream ``remote.url`` to ``path`` with a progress bar; atomic and verified."""
     from tqdm.auto import tqdm
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = tempfile.NamedTemporaryFile(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".part", delete=False
-    )
     digest = hashlib.sha256()
-    try:
-        with partial:
-            try:
-                size, chunks = open_url(remote.url)
-            except NETWORK_ERRORS as error:
-                raise DatasetUnavailableError(_offline_message(remote, path, error)) from error
-            with tqdm(total=size, unit="B", unit_scale=True, desc=path.name, disable=None) as bar:
-                for block in _guarded_chunks(remote, path, chunks):
-                    partial.write(block)
-                    digest.update(block)
-                    bar.update(len(block))
+    with atomic_writer(path) as partial:
+        try:
+            size, chunks = open_url(remote.url)
+        except NETWORK_ERRORS as error:
+            raise DatasetUnavailableError(_offline_message(remote, path, error)) from error
+        with tqdm(total=size, unit="B", unit_scale=True, desc=path.name, disable=None) as bar:
+            for block in _guarded_chunks(remote, path, chunks):
+                partial.write(block)
+                digest.update(block)
+                bar.update(len(block))
         actual = digest.hexdigest()
-        pinned = expected_digests(path, remote) if remote.sha256 is not None else ()
-        if pinned and actual not in pinned:
+        expected = expected_digests(path, remote)
+        if expected and actual not in expected:
             raise ChecksumError(
-                f"download of {remote.url} has SHA-256 {actual}, expected {remote.sha256}; "
-                f"nothing was written to {path}. Retry, or place the published file there by hand"
+                f"download of {remote.url} has SHA-256 {actual}, expected "
+                f"{' or '.join(expected)}; nothing was written to {path}. Retry, or place the "
+                "published file there by hand"
             )
-        os.replace(partial.name, path)
-    except BaseException:
-        Path(partial.name).unlink(missing_ok=True)
-        raise
-    if remote.sha256 is None:
+    if not expected:
         _record_digest(path, actual)
 
 

@@ -17,6 +17,7 @@ from vfl_lightning.data.datasets import RawDataset
 from vfl_lightning.data.download import (
     DatasetUnavailableError,
     RemoteFile,
+    atomic_writer,
     dataset_folder,
     ensure_file,
     packaged_file,
@@ -154,16 +155,8 @@ def _extract_rar_member(rar: Path, member: str, target: Path) -> None:
 
 
 def _atomic_bytes(path: Path, data: bytes) -> None:
-    handle = tempfile.NamedTemporaryFile(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".part", delete=False
-    )
-    try:
-        with handle:
-            handle.write(data)
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    with atomic_writer(path) as handle:
+        handle.write(data)
 
 
 def load_parkinson(data_dir: str | None = None) -> RawDataset:
