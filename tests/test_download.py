@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import urllib.error
+from pathlib import Path
 
 import pytest
 
@@ -113,7 +114,7 @@ def test_data_dir_comes_from_argument_then_environment(tmp_path, monkeypatch):
     assert resolve_data_dir(None) == tmp_path / "env"
     assert resolve_data_dir(tmp_path / "arg") == tmp_path / "arg"
     monkeypatch.delenv("VFL_DATA_DIR")
-    assert resolve_data_dir(None).name == "data"
+    assert resolve_data_dir(None) == Path.home() / ".cache" / "vfl_lightning"
 
 
 def test_missing_package_file_says_how_to_install(monkeypatch):

@@ -50,10 +50,11 @@ class RemoteFile:
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
-    """The download cache: ``data_dir`` if given, else ``$VFL_DATA_DIR``, else ``./data``."""
+    """The download cache: ``data_dir`` if given, else ``$VFL_DATA_DIR``, else
+    ``~/.cache/vfl_lightning`` (the same default as the config's ``paths.data_dir``)."""
     if data_dir is not None and str(data_dir) != "":
         return Path(data_dir).expanduser()
-    return Path(os.environ.get(DATA_DIR_ENV) or "data").expanduser()
+    return Path(os.environ.get(DATA_DIR_ENV) or "~/.cache/vfl_lightning").expanduser()
 
 
 def dataset_folder(data_dir: str | os.PathLike | None, dataset: str) -> Path:
