@@ -329,6 +329,21 @@ def test_parkinson_rar_without_bsdtar_says_what_to_extract_where(tmp_path, monke
     assert str(folder / "pd_speech_features.csv") in message
 
 
+@pytest.mark.skipif(
+    tables.shutil.which("bsdtar") is None, reason="bsdtar (libarchive-tools) absent"
+)
+def test_parkinson_rar_member_is_extracted_with_bsdtar(tmp_path, monkeypatch):
+    # No free tool writes RAR; bsdtar detects the format from content, so a zip named .rar
+    # exercises the same extraction path (bsdtar call, member lookup, atomic placement).
+    data, _ = sakar_csv()
+    stand_in = zip_bytes({"pd_speech_features.csv": data})
+    serve(monkeypatch, {tables.PARKINSON_ZIP.url: zip_bytes({"pd_speech_features.rar": stand_in})})
+    raw = load_dataset("parkinson", str(tmp_path))
+    assert raw.x.shape == (12, 4)
+    assert (tmp_path / "parkinson" / "pd_speech_features.csv").read_bytes() == data
+    assert not (tmp_path / "parkinson" / "pd_speech_features.rar").exists()
+
+
 # ---- offline errors, one per download loader ------------------------------------------------
 
 DOWNLOAD_LOADERS = {

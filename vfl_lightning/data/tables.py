@@ -133,6 +133,7 @@ def _parkinson_csv(data_dir: str | None) -> Path:
         rar = folder / "pd_speech_features.rar"
         _atomic_bytes(rar, members[".rar"])
         _extract_rar_member(rar, PARKINSON_CSV, target)
+        rar.unlink()
     verify(target, remote)
     return target
 
