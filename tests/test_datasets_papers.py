@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import io
 import pickle
+import sys
 import tarfile
 import urllib.error
 import zipfile
@@ -278,6 +279,14 @@ def test_credit_default_reads_uci_xls(tmp_path, monkeypatch):
     np.testing.assert_array_equal(raw.x, table[:, 1:-1])
     np.testing.assert_array_equal(raw.y, [0, 1, 0, 0, 1, 0])
     assert raw.meta["features"][0] == "LIMIT_BAL"
+
+
+def test_credit_default_without_xlrd_says_how_to_install(tmp_path, monkeypatch):
+    archive = zip_bytes({"default of credit card clients.xls": b"\xd0\xcf\x11\xe0"})
+    serve(monkeypatch, {tables.CREDIT_ZIP.url: archive})
+    monkeypatch.setitem(sys.modules, "xlrd", None)
+    with pytest.raises(DatasetUnavailableError, match="xlrd, which is not installed.*make data"):
+        load_dataset("credit_default", str(tmp_path))
 
 
 def sakar_csv(subjects: int = 4) -> tuple[bytes, np.ndarray]:
