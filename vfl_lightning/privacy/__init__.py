@@ -1,0 +1,1 @@
+"""Privacy: pure analysis (analysis/), accountants, and attacks."""
