@@ -46,7 +46,9 @@ class GaussianLDP(Mechanism):
             raise ValueError(f"C must be > 0, got {C}")
         if sigma is None:
             if b is None or beta is None:
-                raise ValueError("GaussianLDP needs sigma, or both b and beta for the matched sigma")
+                raise ValueError(
+                    "GaussianLDP needs sigma, or both b and beta for the matched sigma"
+                )
             sigma = matched_sigma(b=b, beta=beta, num_parties=self.num_parties)
         elif b is not None or beta is not None:
             raise ValueError(

@@ -85,16 +85,22 @@ class PairwiseMasking:
     def num_pairs(self) -> int:
         return int(self.pair_seeds.numel())
 
-    def pair_masks(self, round: int, numel: int, device: torch.device | None = None) -> torch.Tensor:
+    def pair_masks(
+        self, round: int, numel: int, device: torch.device | None = None
+    ) -> torch.Tensor:
         """The masks u_ij of round ``round``: int64 in [0, R), shape (num_pairs, numel)."""
         seeds = self.pair_seeds.to(device)
-        round_key = splitmix64(torch.tensor(_as_int64(int(round)), dtype=torch.int64, device=device))
+        round_key = splitmix64(
+            torch.tensor(_as_int64(int(round)), dtype=torch.int64, device=device)
+        )
         stream_keys = splitmix64(seeds ^ round_key)
         counters = torch.arange(1, numel + 1, dtype=torch.int64, device=device)
         values = splitmix64(stream_keys[:, None] + counters[None, :] * _as_int64(_GOLDEN_GAMMA))
         return values & (self.modulus - 1)
 
-    def party_masks(self, round: int, shape: torch.Size | tuple[int, ...], device=None) -> torch.Tensor:
+    def party_masks(
+        self, round: int, shape: torch.Size | tuple[int, ...], device=None
+    ) -> torch.Tensor:
         """Each party's net mask Σ_{j>m} u_mj − Σ_{i<m} u_im mod R: shape (M, *shape)."""
         numel = math.prod(shape)
         total = torch.zeros(self.num_parties, numel, dtype=torch.int64, device=device)

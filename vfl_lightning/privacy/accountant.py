@@ -20,7 +20,9 @@ from vfl_lightning.privacy.analysis import (
 )
 
 
-def per_release_rdp(mechanism, *, embedding_dim: int, orders: Sequence[float]) -> dict[str, np.ndarray]:
+def per_release_rdp(
+    mechanism, *, embedding_dim: int, orders: Sequence[float]
+) -> dict[str, np.ndarray]:
     """ε(α) of releasing one sample's P-dimensional fused embedding once, feature and sample level.
 
     PBM: the exact per-coordinate ε(α) of :func:`pbm_rdp` times P (coordinates are independent
@@ -28,7 +30,9 @@ def per_release_rdp(mechanism, *, embedding_dim: int, orders: Sequence[float]) -
     privacy composes the M party releases.
     """
     if isinstance(mechanism, PBM):
-        common = dict(orders=orders, b=mechanism.b, beta=mechanism.beta, num_parties=mechanism.num_parties)
+        common = dict(
+            orders=orders, b=mechanism.b, beta=mechanism.beta, num_parties=mechanism.num_parties
+        )
         feature = pbm_rdp(**common, num_changed=1)
         sample = pbm_rdp(**common, num_changed=mechanism.num_parties)
         return {
@@ -75,10 +79,10 @@ class PrivacyAccountant:
         self.embedding_dim = int(embedding_dim)
         self.num_samples = int(num_samples)
         self.delta = float(delta)
-        self.mechanism_state = {"name": type(mechanism).__name__, **mechanism.state_dict()}
         self._per_release = per_release_rdp(
             mechanism, embedding_dim=self.embedding_dim, orders=self.orders
         )
+        self.mechanism_state = {"name": type(mechanism).__name__, **mechanism.state_dict()}
         self.samples_released = 0
         self.epoch_history: list[int] = []
 

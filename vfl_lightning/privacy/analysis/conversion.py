@@ -19,7 +19,9 @@ DEFAULT_ORDERS: tuple[float, ...] = tuple(
 """The default Rényi orders α of the accountant (configurable everywhere)."""
 
 
-def rdp_to_dp(*, orders: Sequence[float], rdp: Sequence[float], delta: float) -> tuple[float, float]:
+def rdp_to_dp(
+    *, orders: Sequence[float], rdp: Sequence[float], delta: float
+) -> tuple[float, float]:
     """(ε, optimal α) at ``delta`` for the RDP curve ``rdp`` over ``orders``.
 
     Delegates to ``dp_accounting.rdp.rdp_privacy_accountant.compute_epsilon``.

@@ -43,5 +43,7 @@ def ldp_sample_rdp(
     uses: float,
 ) -> np.ndarray:
     """Sample privacy of the LDP baseline: all M independent party releases of a sample change."""
-    feature = ldp_feature_rdp(orders=orders, sigma=sigma, C=C, embedding_dim=embedding_dim, uses=uses)
+    feature = ldp_feature_rdp(
+        orders=orders, sigma=sigma, C=C, embedding_dim=embedding_dim, uses=uses
+    )
     return compose(feature, count=num_parties)

@@ -115,7 +115,13 @@ def pbm_rdp(
 
 
 def pbm_feature_rdp(
-    *, orders: Sequence[float], b: int, beta: float, num_parties: int, embedding_dim: int, uses: float
+    *,
+    orders: Sequence[float],
+    b: int,
+    beta: float,
+    num_parties: int,
+    embedding_dim: int,
+    uses: float,
 ) -> np.ndarray:
     """Feature privacy (one party's embedding changes), Theorem 6.1's composition done exactly.
 
@@ -128,7 +134,13 @@ def pbm_feature_rdp(
 
 
 def pbm_sample_rdp(
-    *, orders: Sequence[float], b: int, beta: float, num_parties: int, embedding_dim: int, uses: float
+    *,
+    orders: Sequence[float],
+    b: int,
+    beta: float,
+    num_parties: int,
+    embedding_dim: int,
+    uses: float,
 ) -> np.ndarray:
     """Sample privacy (all M embeddings of one sample change), Theorem 6.2's setting, exactly."""
     per_release = pbm_rdp(
