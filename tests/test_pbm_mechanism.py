@@ -187,6 +187,7 @@ def test_ldp_matched_sigma_and_noise_level():
     assert (fused.var(0) / (4 * ldp.sigma**2) - 1).abs().max() < 6 * math.sqrt(2 / rows)
     assert ldp.stats["ldp/clip_fraction"].item() == pytest.approx(0.25)
     assert GaussianLDP(num_parties=2, sigma=0.7).sigma == 0.7
+    assert GaussianLDP(num_parties=2, b=4, beta=0.1, sigma=0.7).sigma == 0.7
 
 
 @pytest.mark.parametrize(
@@ -196,7 +197,6 @@ def test_ldp_matched_sigma_and_noise_level():
         (dict(sigma=-1.0), r"sigma must be > 0, got -1.0"),
         (dict(), r"GaussianLDP needs sigma, or both b and beta"),
         (dict(b=4), r"GaussianLDP needs sigma, or both b and beta"),
-        (dict(sigma=1.0, b=4, beta=0.1), r"give GaussianLDP either sigma or \(b, beta\), not both"),
         (dict(b=4, beta=0.3), r"beta must be in \[0, 0.25\], got 0.3"),
         (dict(b=0, beta=0.1), r"b must be an integer >= 1, got 0"),
         (dict(sigma=1.0, C=0.0), r"C must be > 0, got 0.0"),

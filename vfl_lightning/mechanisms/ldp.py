@@ -23,8 +23,9 @@ def matched_sigma(*, b: int, beta: float, num_parties: int) -> float:
 class GaussianLDP(Mechanism):
     """Every party sends clip(h_m, −C, C) + N(0, σ² I); the server adds the noisy embeddings.
 
-    Give either ``sigma`` directly or (``b``, ``beta``) for the paper's matched baseline
-    σ² = 2M/(b β²). Noise comes only from the generator passed in. Messages are float32 and
+    ``sigma`` sets the noise directly and then takes precedence over (``b``, ``beta``); without it,
+    (``b``, ``beta``) give the paper's matched baseline σ² = 2M/(b β²). Noise comes only from the
+    generator passed in. Messages are float32 and
     unmasked, so the server sees every party's noisy embedding (local DP).
     """
 
@@ -50,10 +51,6 @@ class GaussianLDP(Mechanism):
                     "GaussianLDP needs sigma, or both b and beta for the matched sigma"
                 )
             sigma = matched_sigma(b=b, beta=beta, num_parties=self.num_parties)
-        elif b is not None or beta is not None:
-            raise ValueError(
-                f"give GaussianLDP either sigma or (b, beta), not both (sigma={sigma}, b={b}, beta={beta})"
-            )
         self.sigma = float(sigma)
         if not self.sigma > 0.0:
             raise ValueError(f"sigma must be > 0, got {sigma}")
