@@ -38,10 +38,7 @@ class GaussianLDP(Mechanism):
         C: float = 1.0,
         apply_at_eval: bool = True,
     ) -> None:
-        super().__init__(fusion="sum", apply_at_eval=apply_at_eval)
-        if isinstance(num_parties, bool) or int(num_parties) < 1:
-            raise ValueError(f"num_parties must be >= 1, got {num_parties}")
-        self.num_parties = int(num_parties)
+        super().__init__(num_parties, fusion="sum", apply_at_eval=apply_at_eval)
         self.C = float(C)
         if not self.C > 0.0:
             raise ValueError(f"C must be > 0, got {C}")

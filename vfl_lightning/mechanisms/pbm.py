@@ -58,10 +58,7 @@ class PBM(Mechanism):
         apply_at_eval: bool = True,
         seed: int = 0,
     ) -> None:
-        super().__init__(fusion="sum", apply_at_eval=apply_at_eval)
-        if isinstance(num_parties, bool) or int(num_parties) < 1:
-            raise ValueError(f"num_parties must be >= 1, got {num_parties}")
-        self.num_parties = int(num_parties)
+        super().__init__(num_parties, fusion="sum", apply_at_eval=apply_at_eval)
         self.b, self.beta, self.C = check_pbm_parameters(b, beta, C)
         self.seed = int(seed)
         self.bits_per_element = ring_bits(self.num_parties, self.b)
