@@ -5,4 +5,12 @@ from vfl_lightning.mechanisms.ldp import GaussianLDP
 from vfl_lightning.mechanisms.pbm import PBM
 from vfl_lightning.mechanisms.plain import Plain
 
-__all__ = ["PBM", "GaussianLDP", "Mechanism", "Plain", "fuse_tensors", "fused_width", "split_gradient"]
+__all__ = [
+    "PBM",
+    "GaussianLDP",
+    "Mechanism",
+    "Plain",
+    "fuse_tensors",
+    "fused_width",
+    "split_gradient",
+]
