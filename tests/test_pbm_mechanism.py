@@ -58,7 +58,7 @@ def test_pbm_fuse_equals_dequantized_plain_count_sum():
     embeddings = [2 * torch.rand(8, 16, generator=gen) - 1 for _ in range(5)]
     messages = pbm.encode(embeddings, generator=torch.Generator().manual_seed(7), round=3)
     replay = torch.Generator().manual_seed(7)
-    counts = [pbm.quantize(h.clamp(-1.5, 1.5), replay) for h in embeddings]
+    counts = list(pbm.quantize(torch.stack(embeddings).clamp(-1.5, 1.5), replay).unbind(0))
     assert torch.equal(pbm.masking.secure_sum(messages), torch.stack(counts).sum(0))
     expected = (torch.stack(counts).sum(0).double() - 6 * 5 / 2) * (1.5 / (0.2 * 6))
     assert torch.equal(pbm.fuse(messages), expected.float())
@@ -67,9 +67,27 @@ def test_pbm_fuse_equals_dequantized_plain_count_sum():
     assert all(not torch.equal(y, q) for y, q in zip(messages, counts, strict=True))
 
 
+@pytest.mark.parametrize("b", [5, 100])
+def test_quantize_is_binomial(b):
+    """Chi-square goodness of fit to Binomial(b, p) for both samplers (b <= 64 and b > 64)."""
+    pbm = PBM(num_parties=1, b=b, beta=0.2)
+    h = torch.full((20000,), 0.5)
+    counts = pbm.quantize(h, torch.Generator().manual_seed(b)).numpy()
+    p = 0.5 + 0.2 * 0.5
+    support = np.arange(b + 1)
+    expected = stats.binom.pmf(support, b, p) * counts.size
+    keep = expected >= 5
+    observed = np.bincount(counts, minlength=b + 1)
+    pooled_observed, pooled_expected = observed[keep], expected[keep]
+    if not keep.all():
+        pooled_observed = np.append(pooled_observed, observed[~keep].sum())
+        pooled_expected = np.append(pooled_expected, expected[~keep].sum())
+    assert stats.chisquare(pooled_observed, pooled_expected).pvalue > 1e-3
+
+
 def test_one_party_message_is_independent_of_its_input():
     """Chi-square: party 0's masked value is uniform on Z_R whatever its count q_0 is."""
-    num_parties, b, rounds = 3, 4, 3000
+    num_parties, b, rounds = 3, 4, 1600
     masking = PairwiseMasking(num_parties, ring_bits(num_parties, b), seed=5)
     modulus = masking.modulus
     table = np.zeros((2, modulus), dtype=np.int64)

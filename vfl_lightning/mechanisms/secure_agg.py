@@ -36,6 +36,15 @@ def splitmix64(x: torch.Tensor) -> torch.Tensor:
     return z ^ _logical_shift_right(z, 31)
 
 
+def splitmix64_int(x: int) -> int:
+    """The same finalizer on one Python integer (unsigned 64-bit result), for per-pair keys."""
+    mask = (1 << 64) - 1
+    z = (x + _GOLDEN_GAMMA) & mask
+    z = ((z ^ (z >> 30)) * _MIX_1) & mask
+    z = ((z ^ (z >> 27)) * _MIX_2) & mask
+    return z ^ (z >> 31)
+
+
 def ring_bits(num_parties: int, trials: int) -> int:
     """⌈log2(M·b + 1)⌉: bits of the ring Z_R, R = 2^bits, that holds every sum of M values in [0, b]."""
     if int(num_parties) < 1:
