@@ -15,7 +15,9 @@ class TargetTracker(L.Callback):
     ``results()`` gives ``rounds_to_target``, ``mb_to_target``, ``epoch_to_target`` (None if never).
     """
 
-    def __init__(self, metric: str = "val/acc", value: float | None = None, mode: str = "max") -> None:
+    def __init__(
+        self, metric: str = "val/acc", value: float | None = None, mode: str = "max"
+    ) -> None:
         if mode not in ("max", "min"):
             raise ValueError(f"target mode must be 'max' or 'min', got {mode!r}")
         self.metric = metric

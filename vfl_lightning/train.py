@@ -97,7 +97,9 @@ def train(cfg: DictConfig) -> dict:
         for callback in callbacks:
             if hasattr(callback, "results"):
                 results |= callback.results()
-        checkpoint = next((c for c in callbacks if isinstance(c, L.pytorch.callbacks.ModelCheckpoint)), None)
+        checkpoint = next(
+            (c for c in callbacks if isinstance(c, L.pytorch.callbacks.ModelCheckpoint)), None
+        )
         if checkpoint is not None and checkpoint.last_model_path:
             results["checkpoint"] = checkpoint.last_model_path
         with open(output_dir / "results.json", "w") as f:

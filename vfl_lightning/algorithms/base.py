@@ -99,10 +99,39 @@ class VFLModule(L.LightningModule):
         opts = opts if isinstance(opts, list) else [opts]
         return opts[:-1], opts[-1]
 
+    def backward_parties(
+        self, embeddings: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor | None]
+    ) -> None:
+        """Every party's cut-layer backward, ``h_m.backward(gradient=g_m)``, in one engine call.
+
+        The surrogate sum_m <h_m, g_m> (g_m constant) has gradient J_m^T g_m for party m's
+        parameters, exactly what M separate ``manual_backward(h_m, gradient=g_m)`` calls compute
+        (d<h, g>/dh = g bit for bit), at the cost of one autograd pass instead of M. Parties whose
+        gradient is ``None`` are skipped. The gradient g_m arrived over the wire as plain values,
+        so this pass is plain autograd: no loss scaling applies to it (see ``check_precision``).
+        """
+        terms = [(h * g).sum() for h, g in zip(embeddings, gradients, strict=True) if g is not None]
+        if terms:
+            torch.autograd.backward(torch.stack(terms).sum())
+
     @staticmethod
     def step_party(optimizer) -> None:
         """Step a party optimizer without advancing ``global_step`` (see module docstring)."""
         optimizer.optimizer.step()
+
+    SUPPORTED_PRECISION = ("32-true", "64-true", "bf16-mixed", "bf16-true")
+
+    def setup(self, stage: str) -> None:
+        self.check_precision(str(self.trainer.precision))
+
+    @classmethod
+    def check_precision(cls, precision: str) -> None:
+        """Float16 AMP scales the loss, so the gradients sent over the wire would be scaled
+        values: refuse it (bf16 needs no loss scaling)."""
+        if precision not in cls.SUPPORTED_PRECISION:
+            raise ValueError(
+                f"trainer.precision must be one of {cls.SUPPORTED_PRECISION}, got {precision!r}"
+            )
 
     # ----------------------------------------------------------------- randomness
     def generator(self, stage: str) -> torch.Generator:

@@ -15,8 +15,8 @@ class SyncVFL(VFLModule):
 
     Parties compute h_m and send ``mechanism.encode(h_m)``; the server fuses what arrived, runs
     its head, back-propagates the loss to the fused input, and sends each party its gradient;
-    each party finishes its backward with ``manual_backward(h_m, gradient=g_m)``; every optimizer
-    steps.
+    each party finishes its backward with h_m.backward(gradient=g_m) (all parties in one autograd
+    pass, see :meth:`VFLModule.backward_parties`); every optimizer steps.
     """
 
     def protocol_step(self, xs: Sequence[torch.Tensor], y: torch.Tensor):
@@ -35,9 +35,10 @@ class SyncVFL(VFLModule):
         server_opt.zero_grad()
         self.manual_backward(loss)
         gradients = self.wire.downlink(self.mechanism.party_gradients(fused.grad, self.widths))
-        for opt, h, g in zip(party_opts, embeddings, gradients, strict=True):
+        for opt in party_opts:
             opt.zero_grad()
-            self.manual_backward(h, gradient=g)
+        self.backward_parties(embeddings, gradients)
+        for opt in party_opts:
             self.step_party(opt)
         server_opt.step()
         self.wire.end_round()

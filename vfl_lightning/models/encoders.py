@@ -74,7 +74,9 @@ class CNNEncoder(nn.Module):
                 "use an image partition (quadrants, halves, strips) or party=mlp"
             )
         if len(channels) != 2:
-            raise ValueError(f"party=cnn has two conv layers: channels needs 2 values, got {list(channels)}")
+            raise ValueError(
+                f"party=cnn has two conv layers: channels needs 2 values, got {list(channels)}"
+            )
         self.input_shape = tuple(input_shape)
         self.embedding_dim = _check_width(embedding_dim)
         c, h, w = self.input_shape
