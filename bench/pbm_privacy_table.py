@@ -18,8 +18,12 @@ def main() -> None:
     args = parser.parse_args()
     m = args.parties
     orders = np.array([2.0, 8.0, 32.0])
-    print(f"M = {m}, one coordinate, one release. implied C0 = exact eps_feat(alpha) / (b beta^2 alpha / M)")
-    print("| b | beta | alpha | exact eps_feat | implied C0 | exact eps_sample | eps_sample / eps_feat | paper S_M(alpha)/alpha |")
+    print(
+        f"M = {m}, one coordinate, one release. implied C0 = exact eps_feat(alpha) / (b beta^2 alpha / M)"
+    )
+    print(
+        "| b | beta | alpha | exact eps_feat | implied C0 | exact eps_sample | eps_sample / eps_feat | paper S_M(alpha)/alpha |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     factor = sample_privacy_factor(orders, m) / orders if m >= 2 else np.full(orders.shape, np.nan)
     for b in (2, 4, 16):

@@ -33,6 +33,10 @@ def fmt(values: list, digits: int = 3) -> str:
     return text if len(present) == len(values) else f"{text} ({len(present)}/{len(values)} runs)"
 
 
+def values(runs: list[dict], name: str) -> list:
+    return [r.get(name) for r in runs]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("directories", nargs="+", type=Path)
@@ -40,18 +44,21 @@ def main() -> None:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for key, results in rows(args.directories):
         groups[key].append(results)
-    print("| algo | b | beta | seeds | test acc | train acc | feature eps | sample eps | MB to target | uplink MB |")
+    print(
+        "| algo | b | beta | seeds | test acc | train acc | feature eps | sample eps | MB to target | uplink MB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     order = {"npq": 0, "pbm": 1, "ldp": 2}
-    for (algo, b, beta), runs in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1] or 0, kv[0][2] or 0)):
-        get = lambda name: [r.get(name) for r in runs]  # noqa: E731
+    for (algo, b, beta), runs in sorted(
+        groups.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1] or 0, kv[0][2] or 0)
+    ):
         b_text = "-" if algo == "npq" else b
         beta_text = "-" if algo == "npq" else beta
         print(
-            f"| {algo} | {b_text} | {beta_text} | {len(runs)} | {fmt(get('test/acc'))} | {fmt(get('train/acc'))} | "
-            f"{fmt(get('privacy/feature_eps'), 4) if algo != 'npq' else 'inf'} | "
-            f"{fmt(get('privacy/sample_eps'), 4) if algo != 'npq' else 'inf'} | "
-            f"{fmt(get('mb_to_target'))} | {fmt(get('comm/uplink_mb'))} |"
+            f"| {algo} | {b_text} | {beta_text} | {len(runs)} | {fmt(values(runs, 'test/acc'))} | {fmt(values(runs, 'train/acc'))} | "
+            f"{fmt(values(runs, 'privacy/feature_eps'), 4) if algo != 'npq' else 'inf'} | "
+            f"{fmt(values(runs, 'privacy/sample_eps'), 4) if algo != 'npq' else 'inf'} | "
+            f"{fmt(values(runs, 'mb_to_target'))} | {fmt(values(runs, 'comm/uplink_mb'))} |"
         )
 
 

@@ -10,7 +10,12 @@ from scipy import stats
 
 from vfl_lightning.mechanisms.ldp import GaussianLDP, matched_sigma
 from vfl_lightning.mechanisms.pbm import PBM
-from vfl_lightning.mechanisms.secure_agg import PairwiseMasking, ring_bits, splitmix64
+from vfl_lightning.mechanisms.secure_agg import (
+    PairwiseMasking,
+    ring_bits,
+    splitmix64,
+    splitmix64_int,
+)
 
 
 def reference_splitmix64(x: int) -> int:
@@ -67,9 +72,9 @@ def test_pbm_fuse_equals_dequantized_plain_count_sum():
     assert all(not torch.equal(y, q) for y, q in zip(messages, counts, strict=True))
 
 
-@pytest.mark.parametrize("b", [5, 100])
+@pytest.mark.parametrize("b", [1, 5, 20, 21, 100])
 def test_quantize_is_binomial(b):
-    """Chi-square goodness of fit to Binomial(b, p) for both samplers (b <= 64 and b > 64)."""
+    """Chi-square goodness of fit to Binomial(b, p) for both samplers (inverse CDF, b <= 20)."""
     pbm = PBM(num_parties=1, b=b, beta=0.2)
     h = torch.full((20000,), 0.5)
     counts = pbm.quantize(h, torch.Generator().manual_seed(b)).numpy()
@@ -83,6 +88,12 @@ def test_quantize_is_binomial(b):
         pooled_observed = np.append(pooled_observed, observed[~keep].sum())
         pooled_expected = np.append(pooled_expected, expected[~keep].sum())
     assert stats.chisquare(pooled_observed, pooled_expected).pvalue > 1e-3
+
+
+def test_splitmix_python_and_tensor_versions_agree():
+    inputs = [0, 5, 2**63 + 11, 2**64 - 1]
+    tensor = splitmix64(torch.tensor([v - 2**64 if v >= 2**63 else v for v in inputs]))
+    assert [v % 2**64 for v in tensor.tolist()] == [splitmix64_int(v) for v in inputs]
 
 
 def test_one_party_message_is_independent_of_its_input():

@@ -13,7 +13,7 @@ import torch
 from vfl_lightning.mechanisms.base import Mechanism
 from vfl_lightning.mechanisms.secure_agg import PairwiseMasking, ring_bits
 
-BERNOULLI_SUM_MAX_TRIALS = 64
+INVERSE_CDF_MAX_TRIALS = 20
 
 
 def check_pbm_parameters(b, beta, C) -> tuple[int, float, float]:
@@ -75,21 +75,28 @@ class PBM(Mechanism):
     ) -> torch.Tensor:
         """Algorithm 1 on clipped values: q ~ Binomial(b, 1/2 + (β/C) h) element-wise, int64.
 
-        For b ≤ ``BERNOULLI_SUM_MAX_TRIALS`` the count is the sum of b Bernoulli(p) draws (exact,
-        and several times faster than ``torch.binomial``'s per-element rejection sampler on CPU);
-        above it, ``torch.binomial``. Both draw only from ``generator``.
+        For b ≤ ``INVERSE_CDF_MAX_TRIALS``: inverse-CDF sampling, one float64 uniform per element
+        and the Binomial CDF built by the pmf recurrence (exact up to float64 rounding; on CPU
+        2-4x faster than ``torch.binomial`` at these b, and than b Bernoulli draws). Above it,
+        ``torch.binomial`` (its rejection sampler wins for large b). Both draw only from
+        ``generator``.
         """
         probability = 0.5 + (self.beta / self.C) * embedding.to(torch.float64)
-        if self.b <= BERNOULLI_SUM_MAX_TRIALS:
-            uniforms = torch.rand(
-                (self.b, *probability.shape),
-                generator=generator,
-                dtype=torch.float64,
-                device=probability.device,
-            )
-            return (uniforms < probability).sum(0, dtype=torch.int64)
-        counts = torch.full_like(probability, float(self.b))
-        return torch.binomial(counts, probability, generator=generator).to(torch.int64)
+        if self.b > INVERSE_CDF_MAX_TRIALS:
+            counts = torch.full_like(probability, float(self.b))
+            return torch.binomial(counts, probability, generator=generator).to(torch.int64)
+        uniform = torch.rand(
+            probability.shape, generator=generator, dtype=torch.float64, device=probability.device
+        )
+        odds = probability / (1.0 - probability)
+        pmf = (1.0 - probability) ** self.b
+        cdf = pmf.clone()
+        count = (uniform >= cdf).to(torch.int64)
+        for k in range(self.b - 1):
+            pmf = pmf * ((self.b - k) / (k + 1)) * odds
+            cdf = cdf + pmf
+            count += uniform >= cdf
+        return count
 
     def dequantize(self, count_sum: torch.Tensor) -> torch.Tensor:
         """The server's estimate (C/(β b)) (Σq − b M/2) of the embedding sum, float32."""

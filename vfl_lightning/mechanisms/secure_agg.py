@@ -28,6 +28,12 @@ def _logical_shift_right(x: torch.Tensor, shift: int) -> torch.Tensor:
     return (x >> shift) & ((1 << (64 - shift)) - 1)
 
 
+def _logical_shift_right_by(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
+    """Unsigned right shift of int64 ``x`` by a tensor of shifts in [0, 63] (broadcast)."""
+    keep = torch.where(shifts == 0, -1, (torch.ones_like(shifts) << (64 - shifts)) - 1)
+    return (x >> shifts) & keep
+
+
 def splitmix64(x: torch.Tensor) -> torch.Tensor:
     """The splitmix64 finalizer on int64 tensors (arithmetic wraps mod 2^64, as in C's uint64)."""
     z = x + _as_int64(_GOLDEN_GAMMA)
@@ -86,26 +92,38 @@ class PairwiseMasking:
         first, second = torch.triu_indices(self.num_parties, self.num_parties, offset=1)
         self.adding_party = first
         self.subtracting_party = second
-        pair_index = torch.arange(first.numel(), dtype=torch.int64)
-        setup_key = splitmix64(torch.tensor(_as_int64(int(seed)), dtype=torch.int64))
-        self.pair_seeds = splitmix64(setup_key + (pair_index + 1) * _as_int64(_GOLDEN_GAMMA))
+        setup_key = splitmix64_int(int(seed) & ((1 << 64) - 1))
+        self.pair_seeds = [
+            splitmix64_int(setup_key + (pair + 1) * _GOLDEN_GAMMA) for pair in range(first.numel())
+        ]
 
     @property
     def num_pairs(self) -> int:
-        return int(self.pair_seeds.numel())
+        return len(self.pair_seeds)
+
+    def stream_keys(self, round: int) -> list[int]:
+        """Each pair's PRG key for round ``round``: splitmix64(pair seed XOR splitmix64(round))."""
+        round_key = splitmix64_int(int(round) & ((1 << 64) - 1))
+        return [_as_int64(splitmix64_int(seed ^ round_key)) for seed in self.pair_seeds]
 
     def pair_masks(
         self, round: int, numel: int, device: torch.device | None = None
     ) -> torch.Tensor:
-        """The masks u_ij of round ``round``: int64 in [0, R), shape (num_pairs, numel)."""
-        seeds = self.pair_seeds.to(device)
-        round_key = splitmix64(
-            torch.tensor(_as_int64(int(round)), dtype=torch.int64, device=device)
+        """The masks u_ij of round ``round``: int64 in [0, R), shape (num_pairs, numel).
+
+        Word c of pair k's stream is splitmix64(key_k + (c+1)·γ); each 64-bit word is cut into
+        ⌊64 / log2 R⌋ disjoint fields of log2 R bits, one mask element per field.
+        """
+        per_word = 64 // self.modulus_bits
+        words = -(-numel // per_word)
+        keys = torch.tensor(self.stream_keys(round), dtype=torch.int64, device=device)
+        steps = torch.arange(1, words + 1, dtype=torch.int64, device=device) * _as_int64(
+            _GOLDEN_GAMMA
         )
-        stream_keys = splitmix64(seeds ^ round_key)
-        counters = torch.arange(1, numel + 1, dtype=torch.int64, device=device)
-        values = splitmix64(stream_keys[:, None] + counters[None, :] * _as_int64(_GOLDEN_GAMMA))
-        return values & (self.modulus - 1)
+        values = splitmix64(keys[:, None] + steps[None, :])
+        shifts = torch.arange(per_word, dtype=torch.int64, device=device) * self.modulus_bits
+        fields = _logical_shift_right_by(values[:, :, None], shifts) & (self.modulus - 1)
+        return fields.reshape(self.num_pairs, words * per_word)[:, :numel]
 
     def party_masks(
         self, round: int, shape: torch.Size | tuple[int, ...], device=None
