@@ -6,18 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import compose_config
 
 from vfl_lightning.train import train
-
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
-FAST = [
-    "logger=none",
-    "trainer.enable_progress_bar=false",
-    "trainer.num_sanity_val_steps=0",
-    "optimizer.lr=0.05",
-]
 
 
 @pytest.fixture(autouse=True)
@@ -30,18 +21,10 @@ def one_thread():
 
 
 def run(tmp_path: Path, name: str, overrides: list[str]) -> dict:
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[
-                "experiment=pbm_digits",
-                *FAST,
-                f"paths.output_dir={tmp_path / name}",
-                *overrides,
-            ],
-        )
-    return train(cfg)
+    """train() on experiment=pbm_digits with a larger step (lr 0.05) so 4 epochs separate settings."""
+    return train(
+        compose_config(tmp_path / name, "experiment=pbm_digits", "optimizer.lr=0.05", *overrides)
+    )
 
 
 def mean_test_accuracy(tmp_path: Path, algo: str, b: int, beta: float) -> float:
