@@ -89,14 +89,17 @@ class PBM(Mechanism):
             probability.shape, generator=generator, dtype=torch.float64, device=probability.device
         )
         odds = probability / (1.0 - probability)
-        pmf = (1.0 - probability) ** self.b
+        pmf = (1.0 - probability).pow_(self.b)
         cdf = pmf.clone()
-        count = (uniform >= cdf).to(torch.int64)
-        for k in range(self.b - 1):
-            pmf = pmf * ((self.b - k) / (k + 1)) * odds
-            cdf = cdf + pmf
-            count += uniform >= cdf
-        return count
+        reached = torch.empty(probability.shape, dtype=torch.bool, device=probability.device)
+        count = torch.zeros(probability.shape, dtype=torch.uint8, device=probability.device)
+        for k in range(self.b):
+            if k:
+                pmf.mul_(odds).mul_((self.b - k + 1) / k)
+                cdf.add_(pmf)
+            torch.ge(uniform, cdf, out=reached)
+            count.add_(reached)
+        return count.to(torch.int64)
 
     def dequantize(self, count_sum: torch.Tensor) -> torch.Tensor:
         """The server's estimate (C/(β b)) (Σq − b M/2) of the embedding sum, float32."""
