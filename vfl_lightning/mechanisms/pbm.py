@@ -117,12 +117,10 @@ class PBM(Mechanism):
             raise ValueError(
                 f"PBM was built for {self.num_parties} parties, got {len(embeddings)} embeddings"
             )
-        detached = [h.detach() for h in embeddings]
-        clipped_elements = sum((h.abs() > self.C).sum() for h in detached)
-        total_elements = sum(h.numel() for h in detached)
-        self.stats["pbm/clip_fraction"] = clipped_elements.to(torch.float32) / total_elements
+        stacked = torch.stack([h.detach() for h in embeddings])
+        self.stats["pbm/clip_fraction"] = (stacked.abs() > self.C).float().mean()
         # every party draws its own counts; one vectorized call over the stacked parties
-        counts = self.quantize(torch.stack(detached).clamp(-self.C, self.C), generator)
+        counts = self.quantize(stacked.clamp(-self.C, self.C), generator)
         return self.masking.mask(list(counts.unbind(0)), round)
 
     def fuse(self, messages: Sequence[torch.Tensor]) -> torch.Tensor:
