@@ -45,9 +45,9 @@ def main() -> None:
     for key, results in rows(args.directories):
         groups[key].append(results)
     print(
-        "| algo | b | beta | seeds | test acc | train acc | feature eps | sample eps | MB to target | uplink MB |"
+        "| algo | b | beta | seeds | test acc | train acc | feature eps | MB to target | uplink MB |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     order = {"npq": 0, "pbm": 1, "ldp": 2}
     for (algo, b, beta), runs in sorted(
         groups.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1] or 0, kv[0][2] or 0)
@@ -57,7 +57,6 @@ def main() -> None:
         print(
             f"| {algo} | {b_text} | {beta_text} | {len(runs)} | {fmt(values(runs, 'test/acc'))} | {fmt(values(runs, 'train/acc'))} | "
             f"{fmt(values(runs, 'privacy/feature_eps'), 4) if algo != 'npq' else 'inf'} | "
-            f"{fmt(values(runs, 'privacy/sample_eps'), 4) if algo != 'npq' else 'inf'} | "
             f"{fmt(values(runs, 'mb_to_target'))} | {fmt(values(runs, 'comm/uplink_mb'))} |"
         )
 
