@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 train: $(STAMP)
-	$(PY) train.py algo=npq
+	$(PY) train.py algo=pbm
 
 test: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -q
