@@ -77,9 +77,8 @@ class PBM(Mechanism):
 
         For b ≤ ``INVERSE_CDF_MAX_TRIALS``: inverse-CDF sampling, one float64 uniform per element
         and the Binomial CDF built by the pmf recurrence (exact up to float64 rounding; on CPU
-        2-4x faster than ``torch.binomial`` at these b, and than b Bernoulli draws). Above it,
-        ``torch.binomial`` (its rejection sampler wins for large b). Both draw only from
-        ``generator``.
+        2.5-4x faster than ``torch.binomial`` at these b). Above it, ``torch.binomial`` (its
+        rejection sampler wins for large b). Both draw only from ``generator``.
         """
         probability = 0.5 + (self.beta / self.C) * embedding.to(torch.float64)
         if self.b > INVERSE_CDF_MAX_TRIALS:

@@ -58,9 +58,7 @@ def ring_bits(num_parties: int, trials: int) -> int:
     if int(trials) < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     largest_sum = int(num_parties) * int(trials)
-    bits = max(1, math.ceil(math.log2(largest_sum + 1)))
-    while (1 << bits) <= largest_sum:  # guard against float rounding of log2 for huge sums
-        bits += 1
+    bits = largest_sum.bit_length()  # = ⌈log2(largest_sum + 1)⌉, exactly, for any size
     if bits > RING_BITS_LIMIT:
         raise ValueError(
             f"num_parties * b = {largest_sum} needs a ring of 2^{bits}, which does not fit int64 "

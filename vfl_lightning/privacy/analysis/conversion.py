@@ -13,7 +13,26 @@ from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 from vfl_lightning.privacy.analysis.pbm import check_orders
 
 DEFAULT_ORDERS: tuple[float, ...] = tuple(
-    [1.01, 1.02, 1.05, 1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0]
+    [
+        1.01,
+        1.02,
+        1.05,
+        1.1,
+        1.25,
+        1.5,
+        1.75,
+        2.0,
+        2.5,
+        3.0,
+        4.0,
+        5.0,
+        6.0,
+        8.0,
+        10.0,
+        12.0,
+        16.0,
+        20.0,
+    ]
     + [24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 256.0]
 )
 """The default Rényi orders α of the accountant (configurable everywhere)."""
