@@ -218,7 +218,9 @@ class VFLModule(L.LightningModule):
 
     # ----------------------------------------------------------------- logging
     def log_train_step(self, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
-        self.log("train/loss", loss.detach(), on_step=True, on_epoch=True, prog_bar=True)
+        loss = loss.detach()
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        self.log("train/loss_epoch", loss, on_step=False, on_epoch=True)
         metrics = self.train_metrics
         metrics.update(self.scores(logits.detach()), y)
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True)

@@ -145,18 +145,21 @@ class VerticalDataModule(L.LightningDataModule):
         self.raw_name = raw.name
         self.num_classes = raw.num_classes
         feature_shape = raw.x.shape[1:]
+        num_features = int(np.prod(feature_shape))
+        index = self._split_indices(raw)
+        x_train = raw.x[index["train"]]
         self.slices = make_partition(
             self.partition,
             feature_shape,
             self.num_parties,
             columns=self.columns,
             view_sizes=raw.view_sizes,
+            x_train=x_train,
+            y_train=raw.y[index["train"]],
         )
-        index = self._split_indices(raw)
-        x_train = raw.x[index["train"]]
         mean, std = self._scaling_stats(x_train, raw.is_image)
         for stage, rows in index.items():
-            flat = ((raw.x[rows] - mean) / std).reshape(len(rows), -1)
+            flat = ((raw.x[rows] - mean) / std).reshape(len(rows), num_features)
             xs = [
                 torch.from_numpy(np.ascontiguousarray(flat[:, s.index])).reshape(
                     len(rows), *s.shape

@@ -102,10 +102,25 @@ def binary_view(raw: RawDataset) -> RawDataset:
     )
 
 
+# The papers' datasets live in their own modules, which import RawDataset from here.
+from vfl_lightning.data import images, tables  # noqa: E402
+
 LOADERS: dict[str, Callable[..., RawDataset]] = {
     "digits": load_digits,
     "breast_cancer": load_breast_cancer,
     "synthetic": load_synthetic,
+    "mnist": images.load_mnist,
+    "mnist_small": images.load_mnist_small,
+    "fashion_mnist": images.load_fashion_mnist,
+    "emnist": images.load_emnist,
+    "cifar10": images.load_cifar10,
+    "har": tables.load_har,
+    "phishing": tables.load_phishing,
+    "phishing_small": tables.load_phishing_small,
+    "credit_default": tables.load_credit_default,
+    "parkinson": tables.load_parkinson,
+    "parkinson_small": tables.load_parkinson_small,
+    "mfeat": tables.load_mfeat,
 }
 
 
