@@ -20,15 +20,6 @@ NO_VAL = ["trainer.limit_val_batches=0", "trainer.num_sanity_val_steps=0"]
 ACTIVE_BC = ["data=breast_cancer", "data.num_parties=3", "data.active_party=true"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models on a shared 2-core machine: one intra-op thread avoids spin contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _state(module):
     return {k: v.clone() for k, v in module.state_dict().items()}
 
@@ -144,15 +135,6 @@ def test_proximal_term_autograd():
     torch.testing.assert_close(grad, 0.3 * (theta.detach() - anchor))
 
 
-class StopAtTarget(TargetTracker):
-    """The shared tracker, stopping the run once the target is reached (saves test time)."""
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        super().on_validation_end(trainer, pl_module)
-        if self.reached is not None:
-            trainer.should_stop = True
-
-
 def _rounds_to_auc(make_cfg, algo, q, seed, target, epochs):
     cfg = make_cfg(
         "experiment=fedbcd_breast_cancer",
@@ -162,7 +144,7 @@ def _rounds_to_auc(make_cfg, algo, q, seed, target, epochs):
         f"trainer.max_epochs={epochs}",
     )
     datamodule, module = _build(cfg)
-    tracker = StopAtTarget("val/auroc", target)
+    tracker = TargetTracker("val/auroc", target, stop=True)
     _fit_module(cfg, datamodule, module, [tracker])
     reached = tracker.results()["rounds_to_target"]
     # A run that never reaches the target counts as one round more than it ran, fewer than it
