@@ -13,11 +13,11 @@ import torch
 DEFAULT_PRIME = 2**31 - 1
 # Two reduced elements multiply exactly in int64 only if (p - 1)^2 < 2^63.
 MAX_PRIME = math.isqrt(2**63 - 1)
-# Operands of the float64 matrix product are split into 16-bit limbs: a limb product is < 2^32,
-# so a sum of up to 2^20 of them stays below 2^53, where float64 holds every integer exactly.
+# Operands of the float64 matrix product are split into 16-bit limbs (Karatsuba): a limb product is
+# below 2^34, so a sum of up to 2^19 of them stays below 2^53, where float64 is exact.
 _LIMB_BITS = 16
 _LIMB_MASK = (1 << _LIMB_BITS) - 1
-_MAX_INNER = 1 << 20
+_MAX_INNER = 1 << 19
 
 
 def is_prime(n: int) -> bool:
@@ -97,13 +97,14 @@ def field_inverse(a: torch.Tensor, prime: int) -> torch.Tensor:
 
 
 def _limb_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """(hi*hi, hi*lo + lo*hi, lo*lo) limb products of a @ b as exact int64 (inner <= 2^20)."""
+    """Exact int64 (hi*hi, hi*lo + lo*hi, lo*lo) limb products of a @ b by three float64 matrix
+    products (Karatsuba); every partial sum is an integer below 2^53 for inner <= 2^19."""
     a_hi, a_lo = (a >> _LIMB_BITS).double(), (a & _LIMB_MASK).double()
     b_hi, b_lo = (b >> _LIMB_BITS).double(), (b & _LIMB_MASK).double()
-    high = torch.matmul(a_hi, b_hi)
-    middle = torch.matmul(torch.cat([a_hi, a_lo], -1), torch.cat([b_lo, b_hi], -2))
-    low = torch.matmul(a_lo, b_lo)
-    return high.long(), middle.long(), low.long()
+    high = torch.matmul(a_hi, b_hi).long()
+    low = torch.matmul(a_lo, b_lo).long()
+    both = torch.matmul(a_hi + a_lo, b_hi + b_lo).long()
+    return high, both - high - low, low
 
 
 def field_matmul(a: torch.Tensor, b: torch.Tensor, prime: int) -> torch.Tensor:
@@ -113,14 +114,12 @@ def field_matmul(a: torch.Tensor, b: torch.Tensor, prime: int) -> torch.Tensor:
     by float64 matrix products whose every partial sum is an integer below 2^53 (so exact in any
     summation order), then recombined mod p in int64. The inner dimension is chunked at 2^19.
     """
-    inner = a.shape[-1]
-    step = _MAX_INNER // 2  # the middle product concatenates two inner blocks
+    shift32 = (1 << 32) % prime
     total = None
-    for start in range(0, inner, step):
+    for start in range(0, a.shape[-1], _MAX_INNER):
         high, middle, low = _limb_matmul(
-            a[..., start : start + step], b[..., start : start + step, :]
+            a[..., start : start + _MAX_INNER], b[..., start : start + _MAX_INNER, :]
         )
-        shift32 = (1 << 32) % prime
         part = field_mul(torch.remainder(high, prime), shift32, prime)
         part = part + torch.remainder(middle, prime) * (1 << _LIMB_BITS)
         part = torch.remainder(part + low, prime)
