@@ -42,7 +42,9 @@ class EpochBatchSampler(Sampler[list[int]]):
     uninterrupted one.
     """
 
-    def __init__(self, size: int, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool = False):
+    def __init__(
+        self, size: int, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool = False
+    ):
         self.size = size
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -138,7 +140,9 @@ class VerticalDataModule(L.LightningDataModule):
         for stage, rows in index.items():
             flat = ((raw.x[rows] - mean) / std).reshape(len(rows), -1)
             xs = [
-                torch.from_numpy(np.ascontiguousarray(flat[:, s.index])).reshape(len(rows), *s.shape)
+                torch.from_numpy(np.ascontiguousarray(flat[:, s.index])).reshape(
+                    len(rows), *s.shape
+                )
                 for s in self.slices
             ]
             self.splits[stage] = PartyTensors(xs, torch.from_numpy(raw.y[rows]))

@@ -57,7 +57,9 @@ def _image_shape(feature_shape: Sequence[int], kind: str) -> tuple[int, int, int
     return tuple(int(s) for s in feature_shape)
 
 
-def _grid(feature_shape: Sequence[int], row_sizes: list[int], col_sizes: list[int]) -> list[PartySlice]:
+def _grid(
+    feature_shape: Sequence[int], row_sizes: list[int], col_sizes: list[int]
+) -> list[PartySlice]:
     channels, height, width = feature_shape
     flat = np.arange(channels * height * width).reshape(channels, height, width)
     rows = np.cumsum([0, *row_sizes])

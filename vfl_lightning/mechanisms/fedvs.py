@@ -75,7 +75,9 @@ class FedVSCodec:
             shares.append(
                 self.code.encode_data(quantized.reshape(self.K, segment, -1), generator=generator)
             )
-        self.data_shares = torch.cat(shares, dim=2)
+        # Field elements below 2^31 are stored as int32: the shares are the protocol's largest state.
+        storage = torch.int32 if self.prime < 2**31 else torch.long
+        self.data_shares = torch.cat(shares, dim=2).to(storage)
         return [segment * f.shape[1] * self.element_bits for f in power_features]
 
     def share_models(
@@ -83,16 +85,12 @@ class FedVSCodec:
     ) -> list[int]:
         """Lines 14-20: quantize (stochastic rounding, eq. 3) and share every client's model.
 
-        Returns each client's model-share size in bits (one share; it sends N-1 of them).
+        Returns each client's model-share size in bits (one share; it sends N-1 of them). The
+        clients' (F_n, h) models are stacked and encoded in one call; each gets its own masks.
         """
-        shares = [
-            self.code.encode_model(
-                quantize(w.detach(), self.l_w, self.prime, stochastic=True, generator=generator),
-                generator=generator,
-            )
-            for w in weights
-        ]
-        self.model_shares = torch.cat(shares, dim=1)
+        stacked = torch.cat([w.detach() for w in weights])
+        quantized = quantize(stacked, self.l_w, self.prime, stochastic=True, generator=generator)
+        self.model_shares = self.code.encode_model(quantized, generator=generator)
         return [w.numel() * self.element_bits for w in weights]
 
     def coded_embeddings(
@@ -106,7 +104,7 @@ class FedVSCodec:
         if clients is not None:
             chosen = torch.as_tensor(list(clients), dtype=torch.long, device=data.device)
             data, models = data.index_select(0, chosen), models.index_select(0, chosen)
-        return self.code.coded_embeddings(data[:, positions], models)
+        return self.code.coded_embeddings(data[:, positions].long(), models)
 
     def decode_average(self, coded: torch.Tensor, responders: Sequence[int]) -> torch.Tensor:
         """Lines 27-30: decode from the responders' coded embeddings (in the order of

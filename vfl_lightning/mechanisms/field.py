@@ -18,6 +18,8 @@ MAX_PRIME = math.isqrt(2**63 - 1)
 _LIMB_BITS = 16
 _LIMB_MASK = (1 << _LIMB_BITS) - 1
 _MAX_INNER = 1 << 19
+# Up to this inner dimension, field_matmul sums elementwise products instead of using limbs.
+_ELEMENTWISE_INNER = 8
 
 
 def is_prime(n: int) -> bool:
@@ -107,6 +109,16 @@ def _limb_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return high, both - high - low, low
 
 
+def _small_inner_matmul(a: torch.Tensor, b: torch.Tensor, prime: int) -> torch.Tensor:
+    """a @ b mod p as a sum of reduced outer products (cheaper than limbs for a short inner
+    dimension); the sum of k < 2^31 reduced terms fits in int64 before the final reduction."""
+    shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    total = torch.zeros(shape, dtype=torch.long, device=a.device)
+    for k in range(a.shape[-1]):
+        total += field_mul(a[..., :, k : k + 1], b[..., k : k + 1, :], prime)
+    return torch.remainder(total, prime)
+
+
 def field_matmul(a: torch.Tensor, b: torch.Tensor, prime: int) -> torch.Tensor:
     """a @ b over F_p for reduced int64 tensors (torch.matmul broadcasting rules).
 
@@ -114,6 +126,8 @@ def field_matmul(a: torch.Tensor, b: torch.Tensor, prime: int) -> torch.Tensor:
     by float64 matrix products whose every partial sum is an integer below 2^53 (so exact in any
     summation order), then recombined mod p in int64. The inner dimension is chunked at 2^19.
     """
+    if a.shape[-1] <= _ELEMENTWISE_INNER:
+        return _small_inner_matmul(a, b, prime)
     shift32 = (1 << 32) % prime
     total = None
     for start in range(0, a.shape[-1], _MAX_INNER):

@@ -52,7 +52,11 @@ class Wire:
         return payload
 
     def uplink(
-        self, payloads: Sequence[torch.Tensor], *, bits_per_element: int | None = None, kind: str = "embedding"
+        self,
+        payloads: Sequence[torch.Tensor],
+        *,
+        bits_per_element: int | None = None,
+        kind: str = "embedding",
     ) -> list[torch.Tensor]:
         """Each party m sends ``payloads[m]`` to the server."""
         return [
@@ -61,7 +65,11 @@ class Wire:
         ]
 
     def downlink(
-        self, payloads: Sequence[torch.Tensor], *, bits_per_element: int | None = None, kind: str = "gradient"
+        self,
+        payloads: Sequence[torch.Tensor],
+        *,
+        bits_per_element: int | None = None,
+        kind: str = "gradient",
     ) -> list[torch.Tensor]:
         """The server sends ``payloads[m]`` to party m."""
         return [
