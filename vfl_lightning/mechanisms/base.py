@@ -53,7 +53,7 @@ def fused_width(widths: Sequence[int], fusion: str) -> int:
 class Mechanism(ABC):
     """Party-side encoding, server-side fusion and straight-through gradients.
 
-    ``fusion`` says how the server combines the parties (sum, mean, concat). ``apply_at_eval``
+    ``num_parties`` is M (given by ``train()`` at instantiation). ``fusion`` says how the server combines the parties (sum, mean, concat). ``apply_at_eval``
     says whether validation and test also go through the mechanism (as a deployment would) or see
     the plain fusion of the clean embeddings. ``bits_per_element`` is the uplink width of one
     element of a message (``None``: the payload dtype's width). ``stats`` holds the last
@@ -62,7 +62,10 @@ class Mechanism(ABC):
 
     bits_per_element: int | None = None
 
-    def __init__(self, fusion: str = "sum", apply_at_eval: bool = True) -> None:
+    def __init__(self, num_parties: int, fusion: str = "sum", apply_at_eval: bool = True) -> None:
+        if int(num_parties) < 1:
+            raise ValueError(f"num_parties must be >= 1, got {num_parties}")
+        self.num_parties = int(num_parties)
         self.fusion = check_fusion(fusion)
         self.apply_at_eval = bool(apply_at_eval)
         self.stats: dict[str, torch.Tensor] = {}

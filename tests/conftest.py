@@ -1,0 +1,60 @@
+"""Shared fixtures: compose the Hydra config in-process (CPU, no logger, quiet)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+QUIET = [
+    "logger=none",
+    "trainer.accelerator=cpu",
+    "trainer.enable_progress_bar=false",
+    "trainer.num_sanity_val_steps=0",
+]
+
+
+def compose_config(output_dir: Path, *overrides: str) -> DictConfig:
+    """The config ``python train.py <overrides>`` would run, writing into ``output_dir``."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        cfg = compose("train", overrides=[*QUIET, *overrides], return_hydra_config=True)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+        del cfg["hydra"]
+    GlobalHydra.instance().clear()
+    return cfg
+
+
+@pytest.fixture
+def make_cfg(tmp_path):
+    """``make_cfg(*overrides)`` -> a composed config writing under a fresh tmp dir."""
+    counter = iter(range(1000))
+
+    def _make(*overrides: str) -> DictConfig:
+        return compose_config(tmp_path / f"run{next(counter)}", *overrides)
+
+    return _make
+
+
+def fit(cfg: DictConfig):
+    """Build from ``cfg`` and fit with a plain Trainer; return (trainer, module, datamodule)."""
+    import lightning as L
+    from hydra.utils import instantiate
+
+    from vfl_lightning.train import build
+
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule, module = build(cfg)
+    trainer = instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=[])
+    trainer.fit(module, datamodule=datamodule)
+    return trainer, module, datamodule

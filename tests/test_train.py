@@ -1,0 +1,132 @@
+"""train(cfg) end to end: every algo trains, results.json, learning, resume, CLI and multirun."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CONF_DIR
+
+from vfl_lightning.train import train
+
+ROOT = Path(CONF_DIR).parent
+ALGOS = sorted(p.stem for p in (ROOT / "conf" / "algo").glob("*.yaml"))
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_every_algo_config_trains_a_few_batches(make_cfg, algo):
+    cfg = make_cfg(f"algo={algo}", "debug=limit")
+    results = train(cfg)
+    assert results["algo"] == algo
+    assert results["comm/uplink_mb"] > 0
+    assert 0.0 <= results["val/acc"] <= 1.0 and 0.0 <= results["test/acc"] <= 1.0
+    written = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
+    assert written["algo"] == algo and written["val/acc"] == results["val/acc"]
+
+
+@pytest.mark.parametrize("algo", ["npq", "splitnn"])
+def test_digits_reaches_90_percent_within_30_epochs(make_cfg, algo):
+    cfg = make_cfg(
+        f"algo={algo}", "trainer.max_epochs=30", "target.value=0.9", "callbacks.checkpoint=null"
+    )
+    results = train(cfg)
+    assert results["epoch_to_target"] is not None, results["val/acc"]
+    assert results["epoch_to_target"] < 30
+    assert results["val/acc"] >= 0.9
+
+
+def _parameters(path):
+    state = torch.load(path, weights_only=False)
+    return state["state_dict"], state["vfl"]["wire"]
+
+
+def test_resume_two_plus_two_epochs_equals_four(make_cfg):
+    common = ["trainer.limit_train_batches=12", "trainer.limit_val_batches=1", "test=false"]
+    straight = make_cfg(*common, "trainer.max_epochs=4")
+    train(straight)
+    first = make_cfg(*common, "trainer.max_epochs=2")
+    train(first)
+    resumed = make_cfg(
+        *common,
+        "trainer.max_epochs=4",
+        f"ckpt_path={Path(first.paths.output_dir) / 'checkpoints' / 'last.ckpt'}",
+    )
+    train(resumed)
+    a_params, a_wire = _parameters(Path(straight.paths.output_dir) / "checkpoints" / "last.ckpt")
+    b_params, b_wire = _parameters(Path(resumed.paths.output_dir) / "checkpoints" / "last.ckpt")
+    assert a_params.keys() == b_params.keys()
+    for key in a_params:
+        assert torch.equal(a_params[key], b_params[key]), key
+    assert a_wire == b_wire
+    assert a_wire["ledger"]["rounds"] == 4 * 12
+
+
+def _run(args, cwd, timeout=240):
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_cli_breast_cancer_seven_parties_writes_results_with_auroc(tmp_path):
+    _run(
+        [
+            "algo=npq",
+            "data=breast_cancer",
+            "data.num_parties=7",
+            "logger=csv",
+            "trainer.max_epochs=3",
+            "trainer.enable_progress_bar=false",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        cwd=tmp_path,
+    )
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["num_parties"] == 7
+    assert 0.5 < results["val/auroc"] <= 1.0
+    assert "val/auprc" in results and "test/auroc" in results
+    assert list((tmp_path / "csv").rglob("metrics.csv"))
+
+
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_multirun_over_algos(tmp_path, launcher):
+    _run(
+        [
+            "-m",
+            "algo=splitnn,npq",
+            "debug=fdr",
+            "logger=none",
+            f"hydra/launcher={launcher}",
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+        cwd=tmp_path,
+    )
+    algos = sorted(json.loads(p.read_text())["algo"] for p in tmp_path.rglob("results.json"))
+    assert algos == ["npq", "splitnn"]
+
+
+def test_multirun_runs_every_experiment(tmp_path):
+    assert EXPERIMENTS, "conf/experiment has no experiment"
+    _run(
+        [
+            "-m",
+            f"experiment={','.join(EXPERIMENTS)}",
+            "debug=fdr",
+            "logger=none",
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert len(list(tmp_path.rglob("results.json"))) == len(EXPERIMENTS)

@@ -1,0 +1,6 @@
+"""Protocols as LightningModules (manual optimization): one class per protocol family."""
+
+from vfl_lightning.algorithms.base import VFLModule
+from vfl_lightning.algorithms.sync import SyncVFL
+
+__all__ = ["SyncVFL", "VFLModule"]

@@ -1,0 +1,245 @@
+"""VFLModule: the shared LightningModule of every protocol (parties, head, wire, metrics, state).
+
+Conventions: manual optimization with one optimizer per party plus one for the server head, and
+``global_step`` counts *server updates*: only the server optimizer steps through Lightning's
+wrapper, party optimizers step the wrapped torch optimizer directly. For synchronous protocols a
+server update is one communication round, so ``trainer.max_steps`` = rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import (
+    BinaryAccuracy,
+    BinaryAUROC,
+    BinaryAveragePrecision,
+    MulticlassAccuracy,
+)
+
+from vfl_lightning.mechanisms.base import Mechanism
+from vfl_lightning.wire import SimulatedClock, Wire
+from vfl_lightning.wire.clock import DelayModel
+
+OptimizerFactory = Callable[..., torch.optim.Optimizer]
+EVAL_STAGES = ("val", "test")
+
+
+def make_metrics(num_classes: int, stage: str) -> MetricCollection:
+    """Accuracy for every task; AUROC and AUPRC (average precision) too for binary eval stages."""
+    if num_classes == 2:
+        metrics = {"acc": BinaryAccuracy()}
+        if stage != "train":
+            metrics |= {"auroc": BinaryAUROC(), "auprc": BinaryAveragePrecision()}
+    else:
+        metrics = {"acc": MulticlassAccuracy(num_classes=num_classes, average="micro")}
+    return MetricCollection(metrics, prefix=f"{stage}/")
+
+
+class VFLModule(L.LightningModule):
+    """Parties, the server head, the mechanism and the wire, with evaluation, logging and state.
+
+    Subclasses implement :meth:`training_step` (the protocol). ``optimizer`` is a partial torch
+    optimizer (Hydra ``_partial_: true``) completed with each party's and the head's parameters;
+    ``server_optimizer`` overrides it for the head.
+    """
+
+    def __init__(
+        self,
+        parties: Sequence[nn.Module],
+        head: nn.Module,
+        mechanism: Mechanism,
+        optimizer: OptimizerFactory,
+        num_classes: int,
+        *,
+        name: str = "vfl",
+        server_optimizer: OptimizerFactory | None = None,
+        seed: int = 0,
+        delay_model: DelayModel | None = None,
+        transcript_size: int = 0,
+    ) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.save_hyperparameters(
+            ignore=["parties", "head", "mechanism", "optimizer", "server_optimizer", "delay_model"]
+        )
+        self.name = name
+        self.parties = nn.ModuleList(parties)
+        self.head = head
+        self.mechanism = mechanism
+        self.optimizer_factory = optimizer
+        self.server_optimizer_factory = server_optimizer or optimizer
+        self.num_classes = int(num_classes)
+        self.seed = int(seed)
+        self.widths = [int(p.embedding_dim) for p in self.parties]
+        self.wire = Wire(len(self.parties), SimulatedClock(delay_model), transcript_size)
+        self.train_metrics = make_metrics(self.num_classes, "train")
+        self.val_metrics = make_metrics(self.num_classes, "val")
+        self.test_metrics = make_metrics(self.num_classes, "test")
+        self._generators: dict[str, torch.Generator] = {}
+        self._pending_generator_state: torch.Tensor | None = None
+
+    @property
+    def num_parties(self) -> int:
+        return len(self.parties)
+
+    # ----------------------------------------------------------------- optimizers
+    def configure_optimizers(self):
+        party_opts = [self.optimizer_factory(p.parameters()) for p in self.parties]
+        return [*party_opts, self.server_optimizer_factory(self.head.parameters())]
+
+    def split_optimizers(self):
+        """(party optimizers, server optimizer), all as Lightning wrappers."""
+        opts = self.optimizers()
+        opts = opts if isinstance(opts, list) else [opts]
+        return opts[:-1], opts[-1]
+
+    def backward_parties(
+        self, embeddings: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor | None]
+    ) -> None:
+        """Every party's cut-layer backward, ``h_m.backward(gradient=g_m)``, in one engine call.
+
+        The surrogate sum_m <h_m, g_m> (g_m constant) has gradient J_m^T g_m for party m's
+        parameters, exactly what M separate ``manual_backward(h_m, gradient=g_m)`` calls compute
+        (d<h, g>/dh = g bit for bit), at the cost of one autograd pass instead of M. Parties whose
+        gradient is ``None`` are skipped. The gradient g_m arrived over the wire as plain values,
+        so this pass is plain autograd: no loss scaling applies to it (see ``check_precision``).
+        """
+        terms = [(h * g).sum() for h, g in zip(embeddings, gradients, strict=True) if g is not None]
+        if terms:
+            torch.autograd.backward(torch.stack(terms).sum())
+
+    @staticmethod
+    def step_party(optimizer) -> None:
+        """Step a party optimizer without advancing ``global_step`` (see module docstring)."""
+        optimizer.optimizer.step()
+
+    SUPPORTED_PRECISION = ("32-true", "64-true", "bf16-mixed", "bf16-true")
+
+    def setup(self, stage: str) -> None:
+        self.check_precision(str(self.trainer.precision))
+
+    @classmethod
+    def check_precision(cls, precision: str) -> None:
+        """Float16 AMP scales the loss, so the gradients sent over the wire would be scaled
+        values: refuse it (bf16 needs no loss scaling)."""
+        if precision not in cls.SUPPORTED_PRECISION:
+            raise ValueError(
+                f"trainer.precision must be one of {cls.SUPPORTED_PRECISION}, got {precision!r}"
+            )
+
+    # ----------------------------------------------------------------- randomness
+    def generator(self, stage: str) -> torch.Generator:
+        """The seeded generator of ``stage`` on this module's device.
+
+        The training stream is saved in checkpoints; evaluation streams restart from the same seed
+        at every evaluation epoch, so evaluation never shifts training randomness.
+        """
+        gen = self._generators.get(stage)
+        if gen is None or gen.device != self.device:
+            offset = {"train": 0, "val": 1, "test": 2}.get(stage, 3)
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(self.seed * 1_000_003 + 7919 * offset + 17)
+            if stage == "train" and self._pending_generator_state is not None:
+                gen.set_state(self._pending_generator_state)
+                self._pending_generator_state = None
+            self._generators[stage] = gen
+        return gen
+
+    def _restart_eval_generator(self, stage: str) -> None:
+        self._generators.pop(stage, None)
+
+    def on_validation_epoch_start(self) -> None:
+        self._restart_eval_generator("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._restart_eval_generator("test")
+
+    # ----------------------------------------------------------------- forward
+    def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Each party's embedding of its slice: h_m = party_m(x_m)."""
+        return [party(x) for party, x in zip(self.parties, xs, strict=True)]
+
+    def forward(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Logits as the deployed protocol computes them (mechanism applied per ``apply_at_eval``)."""
+        stage = "val" if not self.training else "train"
+        fused = self.mechanism.evaluate(self.embed(xs), generator=self.generator(stage))
+        return self.head(fused)
+
+    @staticmethod
+    def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits, y)
+
+    def scores(self, logits: torch.Tensor) -> torch.Tensor:
+        """What the metrics see: P(class 1) for binary tasks, logits otherwise."""
+        return logits.softmax(-1)[:, 1] if self.num_classes == 2 else logits
+
+    # ----------------------------------------------------------------- logging
+    def log_train_step(self, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
+        self.log("train/loss", loss.detach(), on_step=True, on_epoch=True, prog_bar=True)
+        metrics = self.train_metrics
+        metrics.update(self.scores(logits.detach()), y)
+        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True)
+        for key, value in self.mechanism.stats.items():
+            self.log(key, value, on_step=False, on_epoch=True)
+
+    def communication_metrics(self) -> dict[str, float]:
+        ledger = self.wire.ledger
+        return {
+            "comm/uplink_mb": ledger.megabytes("up"),
+            "comm/downlink_mb": ledger.megabytes("down"),
+            "comm/rounds": float(ledger.rounds),
+            "time/simulated_s": float(self.wire.clock.now),
+        }
+
+    def on_train_epoch_end(self) -> None:
+        self.log_dict(self.communication_metrics(), on_step=False, on_epoch=True)
+
+    def results(self) -> dict:
+        """Protocol totals for results.json (extended by subclasses)."""
+        out = self.communication_metrics()
+        out["comm/peer_mb"] = self.wire.ledger.megabytes("peer")
+        return out
+
+    # ----------------------------------------------------------------- evaluation
+    def server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor:
+        return self.mechanism.evaluate(self.embed(xs), generator=self.generator(stage))
+
+    def _eval_step(self, batch, stage: str) -> None:
+        xs, y, _ = batch
+        logits = self.head(self.server_input(xs, stage))
+        self.log(f"{stage}/loss", self.loss_fn(logits, y), on_epoch=True, prog_bar=stage == "val")
+        metrics = getattr(self, f"{stage}_metrics")
+        metrics.update(self.scores(logits), y)
+        self.log_dict(metrics, on_epoch=True, prog_bar=stage == "val")
+
+    def validation_step(self, batch, batch_idx) -> None:
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch, batch_idx) -> None:
+        self._eval_step(batch, "test")
+
+    # ----------------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        train_gen = self._generators.get("train")
+        checkpoint["vfl"] = {
+            "wire": self.wire.state_dict(),
+            "mechanism": self.mechanism.state_dict(),
+            "train_generator": None if train_gen is None else train_gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("vfl")
+        if state is None:
+            raise ValueError("checkpoint has no 'vfl' state: it was not written by vfl_lightning")
+        self.wire.load_state_dict(state["wire"])
+        self.mechanism.load_state_dict(state["mechanism"])
+        self._generators.pop("train", None)
+        self._pending_generator_state = state["train_generator"]
+        torch.set_rng_state(state["torch_rng"])

@@ -1,0 +1,119 @@
+"""train(cfg): build data, parties, head, mechanism, algorithm, trainer from a Hydra config, fit,
+test, and write results.json. Importable; the root train.py only adds @hydra.main."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import lightning as L
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+def _hydra_choices() -> dict:
+    try:
+        return dict(HydraConfig.get().runtime.choices)
+    except ValueError:
+        return {}
+
+
+def build(cfg: DictConfig):
+    """Instantiate (datamodule, module) from ``cfg``; runtime sizes are passed at instantiation."""
+    datamodule = instantiate(cfg.data)
+    num_parties = len(datamodule.party_shapes)
+    parties = [instantiate(cfg.party)(input_shape=shape) for shape in datamodule.party_shapes]
+    mechanism = instantiate(cfg.mechanism)(num_parties=num_parties)
+    widths = [p.embedding_dim for p in parties]
+    head = instantiate(cfg.head)(
+        in_features=mechanism.fused_width(widths), num_classes=datamodule.num_classes
+    )
+    module = instantiate(
+        cfg.algo,
+        parties=parties,
+        head=head,
+        mechanism=mechanism,
+        optimizer=instantiate(cfg.optimizer),
+        num_classes=datamodule.num_classes,
+        seed=cfg.seed,
+    )
+    return datamodule, module
+
+
+def _loggers(cfg: DictConfig) -> list:
+    return [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+
+
+def _callbacks(cfg: DictConfig) -> list:
+    return [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+
+
+def _scalar(value) -> float | int | str | None:
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def train(cfg: DictConfig) -> dict:
+    """Train and test the configured protocol; return (and write) the results dictionary."""
+    L.seed_everything(cfg.seed, workers=True)
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    try:
+        datamodule, module = build(cfg)
+        callbacks = _callbacks(cfg)
+        loggers = _loggers(cfg)
+        trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+        for logger in loggers:
+            logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        fit_metrics = {k: _scalar(v) for k, v in trainer.callback_metrics.items()}
+        test_metrics = {}
+        if cfg.get("test", True) and not trainer.fast_dev_run:
+            for row in trainer.test(module, datamodule=datamodule, verbose=False):
+                test_metrics |= {k: _scalar(v) for k, v in row.items()}
+        choices = _hydra_choices()
+        results = {
+            "algo": cfg.algo.get("name"),
+            "mechanism": choices.get("mechanism", cfg.mechanism.get("_target_")),
+            "data": cfg.data.get("name"),
+            "party": choices.get("party"),
+            "head": choices.get("head"),
+            "num_parties": module.num_parties,
+            "seed": cfg.seed,
+            "epochs": int(trainer.current_epoch),
+            "global_step": int(trainer.global_step),
+            **{k: v for k, v in fit_metrics.items() if not k.startswith("test/")},
+            **test_metrics,
+            **module.results(),
+            "time/wall_s": time.perf_counter() - started,
+        }
+        for callback in callbacks:
+            if hasattr(callback, "results"):
+                results |= callback.results()
+        checkpoint = next(
+            (c for c in callbacks if isinstance(c, L.pytorch.callbacks.ModelCheckpoint)), None
+        )
+        if checkpoint is not None and checkpoint.last_model_path:
+            results["checkpoint"] = checkpoint.last_model_path
+        with open(output_dir / "results.json", "w") as f:
+            json.dump(results, f, indent=2, sort_keys=True)
+        log.info("results: %s", output_dir / "results.json")
+        return results
+    finally:
+        _finish_wandb()
+
+
+def _finish_wandb() -> None:
+    """Close any W&B run so one failed multirun job does not poison the next."""
+    import sys
+
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
