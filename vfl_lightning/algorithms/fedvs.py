@@ -72,7 +72,10 @@ class FedVSFamily(VFLModule):
         l_w: int = 8,
         prime: int = DEFAULT_PRIME,
         weight_bound: float = 4.0,
-        delays: dict | None = None,
+        fast_mean: float = 0.1,
+        straggler_base: float = 2.0,
+        straggler_slope: float = 4.0,
+        straggler_fraction: float = 0.5,
         mbps: float = 300.0,
         macs_per_second: float = 1e9,
         field_op_cost: float = 3.0,
@@ -114,7 +117,14 @@ class FedVSFamily(VFLModule):
         )
         self.K, self.T = K, T
         self.weight_bound = float(weight_bound)
-        self.delays = StragglerDelays(self.num_parties, seed=self.seed + 7177, **(delays or {}))
+        self.delays = StragglerDelays(
+            self.num_parties,
+            fast_mean=fast_mean,
+            straggler_base=straggler_base,
+            straggler_slope=straggler_slope,
+            straggler_fraction=straggler_fraction,
+            seed=self.seed + 7177,
+        )
         self.mbps = float(mbps)
         self.macs_per_second = float(macs_per_second)
         self.field_op_cost = float(field_op_cost)
@@ -131,6 +141,7 @@ class FedVSFamily(VFLModule):
         self.val_curve: list[tuple[int, float, float]] = []
         self.shortfall_rounds = 0
         self.data_shared = False
+        self.data_sharing_s = 0.0
         self.per_segment_batch = 0
         self._project_weights()
 
@@ -154,7 +165,7 @@ class FedVSFamily(VFLModule):
         features = [p.num_power_features for p in self.parties]
         bits, field, rate = self.codec.element_bits, self.field_op_cost, self.macs_per_second
         self.model_share_bits = [f * h * bits for f in features]
-        self.share_seconds = np.array(
+        self.share_seconds = np.asarray(
             [
                 transfer_seconds((N - 1) * s, self.mbps) + N * (self.T + 1) * f * h * field / rate
                 for s, f in zip(self.model_share_bits, features, strict=True)
@@ -186,7 +197,8 @@ class FedVSFamily(VFLModule):
                 transfer_seconds((N - 1) * share_bits, self.mbps)
                 + encode * self.field_op_cost / self.macs_per_second
             )
-        self.wire.clock.advance(max(seconds))
+        self.data_sharing_s = float(max(seconds))
+        self.wire.clock.advance(self.data_sharing_s)
         self.data_shared = True
 
     # ----------------------------------------------------------------- one round
@@ -354,6 +366,7 @@ class FedVSFamily(VFLModule):
             "fedvs/T": self.T,
             "fedvs/R": self.codec.threshold,
             "fedvs/shortfall_rounds": self.shortfall_rounds,
+            "fedvs/data_sharing_s": self.data_sharing_s,
             "fedvs/dp_sigma": self.dp_sigma,
             "fedvs/val_curve": [list(point) for point in self.val_curve],
         }
@@ -367,6 +380,7 @@ class FedVSFamily(VFLModule):
             "val_curve": list(self.val_curve),
             "shortfall_rounds": self.shortfall_rounds,
             "data_shared": self.data_shared,
+            "data_sharing_s": self.data_sharing_s,
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -376,3 +390,4 @@ class FedVSFamily(VFLModule):
         self.val_curve = [tuple(point) for point in state["val_curve"]]
         self.shortfall_rounds = int(state["shortfall_rounds"])
         self.data_shared = bool(state["data_shared"])
+        self.data_sharing_s = float(state["data_sharing_s"])
