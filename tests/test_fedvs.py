@@ -127,7 +127,9 @@ class PartyRounds(L.Callback):
 
 def test_ignore_updates_only_the_clients_that_arrived(make_cfg):
     rounds = 10
-    cfg = make_cfg(*DIGITS, "algo=fedvs_ignore", f"trainer.max_steps={rounds}", "trainer.limit_val_batches=0")
+    cfg = make_cfg(
+        *DIGITS, "algo=fedvs_ignore", f"trainer.max_steps={rounds}", "trainer.limit_val_batches=0"
+    )
     record = PartyRounds()
     module, _ = run(cfg, [record])
     uploads = 0
@@ -162,7 +164,12 @@ def test_shortfall_raises_or_waits(make_cfg):
 
 
 def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
-    common = [*DIGITS[:1], "test=false", "trainer.limit_train_batches=4", "trainer.limit_val_batches=1"]
+    common = [
+        *DIGITS[:1],
+        "test=false",
+        "trainer.limit_train_batches=4",
+        "trainer.limit_val_batches=1",
+    ]
     straight = make_cfg(*common, "trainer.max_epochs=2")
     train(straight)
     first = make_cfg(*common, "trainer.max_epochs=1")
@@ -170,7 +177,9 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
     checkpoint = Path(first.paths.output_dir) / "checkpoints" / "last.ckpt"
     resumed = make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={checkpoint}")
     train(resumed)
-    a = torch.load(Path(straight.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
+    a = torch.load(
+        Path(straight.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False
+    )
     b = torch.load(Path(resumed.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
     for key in a["state_dict"]:
         assert torch.equal(a["state_dict"][key], b["state_dict"][key]), key
@@ -181,11 +190,20 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["algo.K=4"], r"needs N >= 2\(K\+T-1\)\+1 = 9 clients for K=4, T=1, got N=8; lower K to at most 3"),
+        (
+            ["algo.K=4"],
+            r"needs N >= 2\(K\+T-1\)\+1 = 9 clients for K=4, T=1, got N=8; lower K to at most 3",
+        ),
         (["algo.T=4"], r"= 9 clients for K=1, T=4, got N=8; lower T below 4"),
-        (["party=mlp", "~party.degree"], r"needs polynomial-network parties \(party=pn\), got MLPEncoder"),
+        (
+            ["party=mlp", "~party.degree"],
+            r"needs polynomial-network parties \(party=pn\), got MLPEncoder",
+        ),
         (["mechanism.fusion=sum"], r"mechanism.fusion must be 'mean', got 'sum'"),
-        (["algo.on_shortfall=skip"], r"algo.on_shortfall must be one of \('raise', 'wait'\), got 'skip'"),
+        (
+            ["algo.on_shortfall=skip"],
+            r"algo.on_shortfall must be one of \('raise', 'wait'\), got 'skip'",
+        ),
         (["algo.deadline_s=0"], r"algo.deadline_s must be > 0 or null, got 0"),
         (["algo.strategy=fast"], r"algo.strategy must be one of"),
         (["algo.prime=2147483649"], r"prime must be a prime number, got 2147483649"),
@@ -202,7 +220,9 @@ def test_bad_configurations_are_refused_before_training(make_cfg):
     with pytest.raises(ValueError, match=r"lower algo.l_x from 20 to 1\d"):
         train(make_cfg(*DIGITS, "algo.l_x=20", "trainer.max_steps=1"))
     plain_data = ["data._target_=vfl_lightning.data.VerticalDataModule", "~data.segments"]
-    with pytest.raises(ValueError, match=r"needs data._target_=vfl_lightning.data.segments.SegmentedDataModule"):
+    with pytest.raises(
+        ValueError, match=r"needs data._target_=vfl_lightning.data.segments.SegmentedDataModule"
+    ):
         train(make_cfg(*DIGITS, *plain_data, "trainer.max_steps=1"))
 
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from vfl_lightning.algorithms.base import VFLModule
 
+from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.data.segments import SegmentedDataModule
 from vfl_lightning.mechanisms.analytic_gaussian import analytic_gaussian_sigma, privatize_embedding
 from vfl_lightning.mechanisms.fedvs import FedVSCodec
