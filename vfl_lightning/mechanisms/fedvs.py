@@ -69,15 +69,14 @@ class FedVSCodec:
         """
         rows = power_features[0].shape[0]
         segment = rows // self.K
+        # Field elements below 2^31 are stored as int32: the shares are the protocol's largest state.
+        storage = torch.int32 if self.prime < 2**31 else torch.long
         shares = []
         for features in power_features:
             quantized = quantize(features[: self.K * segment], self.l_x, self.prime)
-            shares.append(
-                self.code.encode_data(quantized.reshape(self.K, segment, -1), generator=generator)
-            )
-        # Field elements below 2^31 are stored as int32: the shares are the protocol's largest state.
-        storage = torch.int32 if self.prime < 2**31 else torch.long
-        self.data_shares = torch.cat(shares, dim=2).to(storage)
+            share = self.code.encode_data(quantized.reshape(self.K, segment, -1), generator=generator)
+            shares.append(share.to(storage))
+        self.data_shares = torch.cat(shares, dim=2)
         return [segment * f.shape[1] * self.element_bits for f in power_features]
 
     def share_models(

@@ -19,7 +19,7 @@ _LIMB_BITS = 16
 _LIMB_MASK = (1 << _LIMB_BITS) - 1
 _MAX_INNER = 1 << 19
 # Up to this inner dimension, field_matmul sums elementwise products instead of using limbs.
-_ELEMENTWISE_INNER = 8
+_ELEMENTWISE_INNER = 2
 
 
 def is_prime(n: int) -> bool:
