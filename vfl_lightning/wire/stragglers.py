@@ -126,12 +126,15 @@ def wait_timing(
     deadline_s: float | None = None,
 ) -> RoundTiming:
     """Plain synchronous round: the server waits for every client (``deadline_s`` None: Wait), or
-    fuses the clients that arrived by ``deadline_s`` (Ignore; at least the first one)."""
+    until ``deadline_s`` and fuses what arrived by then (Ignore; if nothing did, the first arrival;
+    if everyone did, it need not wait for the deadline)."""
     arrivals = compute_s + upload_delays + upload_seconds
     order = np.argsort(arrivals, kind="stable")
     arrived = len(order) if deadline_s is None else max(1, int(np.sum(arrivals <= deadline_s)))
     used = order[:arrived]
     decision = float(arrivals[used[-1]])
+    if deadline_s is not None and arrived < len(order):
+        decision = max(decision, float(deadline_s))
     return RoundTiming(
         arrivals, tuple(int(n) for n in used), decision, decision + server_s + download_s + update_s
     )
