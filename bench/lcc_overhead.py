@@ -19,7 +19,7 @@ from vfl_lightning.models.pn import PolynomialNetwork
 
 
 def timed(fn, repeats: int, device: torch.device) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` runs after two warm-ups."""
+    """Fastest of ``repeats`` runs of ``fn()`` after two warm-ups (robust to other load)."""
     for _ in range(2):
         fn()
     times = []
@@ -31,7 +31,7 @@ def timed(fn, repeats: int, device: torch.device) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+    return min(times)
 
 
 def measure(N: int, *, samples: int, features: int, width: int, batch: int, repeats: int, device):

@@ -99,11 +99,13 @@ class FedVSCodec:
         for the batch ``positions``. Clients whose output the server will not use need not run."""
         if self.data_shares is None or self.model_shares is None:
             raise RuntimeError("share_data and share_models must run before coded_embeddings")
-        data, models = self.data_shares, self.model_shares
-        if clients is not None:
-            chosen = torch.as_tensor(list(clients), dtype=torch.long, device=data.device)
-            data, models = data.index_select(0, chosen), models.index_select(0, chosen)
-        return self.code.coded_embeddings(data[:, positions].long(), models)
+        if clients is None:
+            return self.code.coded_embeddings(
+                self.data_shares[:, positions].long(), self.model_shares
+            )
+        chosen = torch.as_tensor(list(clients), dtype=torch.long, device=self.data_shares.device)
+        rows = self.data_shares[chosen[:, None], positions[None, :]].long()
+        return self.code.coded_embeddings(rows, self.model_shares.index_select(0, chosen))
 
     def decode_average(self, coded: torch.Tensor, responders: Sequence[int]) -> torch.Tensor:
         """Lines 27-30: decode from the responders' coded embeddings (in the order of
