@@ -51,9 +51,7 @@ def main() -> None:
             f"{np.nanmean(values[:, i]):.3f} ± {np.nanstd(values[:, i]):.3f}"
             for i in range(len(args.times))
         ]
-        print(
-            f"| {key} | {len(values)} | {np.mean(rounds[key]):.2f} | " + " | ".join(cells) + " |"
-        )
+        print(f"| {key} | {len(values)} | {np.mean(rounds[key]):.2f} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -79,7 +79,9 @@ def test_wait_and_ignore_timelines():
     wait = wait_timing(**kwargs)
     assert wait.used == (0, 2, 3, 1) and wait.decision_s == pytest.approx(4.0)
     ignore = wait_timing(**kwargs, deadline_s=1.0)
-    assert ignore.used == (0, 2) and ignore.decision_s == pytest.approx(1.0)  # waits to the deadline
+    assert ignore.used == (0, 2) and ignore.decision_s == pytest.approx(
+        1.0
+    )  # waits to the deadline
     first = wait_timing(**kwargs, deadline_s=0.01)  # nothing by the deadline: the first arrival
     assert first.used == (0,) and first.decision_s == pytest.approx(0.1)
     early = wait_timing(**kwargs, deadline_s=9.0)  # everyone arrived: no need to wait longer

@@ -74,7 +74,9 @@ class FedVSCodec:
         shares = []
         for features in power_features:
             quantized = quantize(features[: self.K * segment], self.l_x, self.prime)
-            share = self.code.encode_data(quantized.reshape(self.K, segment, -1), generator=generator)
+            share = self.code.encode_data(
+                quantized.reshape(self.K, segment, -1), generator=generator
+            )
             shares.append(share.to(storage))
         self.data_shares = torch.cat(shares, dim=2)
         return [segment * f.shape[1] * self.element_bits for f in power_features]

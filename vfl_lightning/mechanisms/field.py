@@ -62,7 +62,7 @@ def check_prime(prime: int) -> int:
 
 def field_mul(a: torch.Tensor, b: torch.Tensor, prime: int) -> torch.Tensor:
     """Elementwise a*b mod p of reduced int64 tensors (broadcasting)."""
-    return torch.remainder(a * b, prime)
+    return (a * b).remainder_(prime)
 
 
 def field_add(a: torch.Tensor, b: torch.Tensor, prime: int) -> torch.Tensor:
@@ -116,7 +116,7 @@ def _small_inner_matmul(a: torch.Tensor, b: torch.Tensor, prime: int) -> torch.T
     total = torch.zeros(shape, dtype=torch.long, device=a.device)
     for k in range(a.shape[-1]):
         total += field_mul(a[..., :, k : k + 1], b[..., k : k + 1, :], prime)
-    return torch.remainder(total, prime)
+    return total.remainder_(prime)
 
 
 def field_matmul(a: torch.Tensor, b: torch.Tensor, prime: int) -> torch.Tensor:
@@ -134,10 +134,10 @@ def field_matmul(a: torch.Tensor, b: torch.Tensor, prime: int) -> torch.Tensor:
         high, middle, low = _limb_matmul(
             a[..., start : start + _MAX_INNER], b[..., start : start + _MAX_INNER, :]
         )
-        part = field_mul(torch.remainder(high, prime), shift32, prime)
-        part = part + torch.remainder(middle, prime) * (1 << _LIMB_BITS)
-        part = torch.remainder(part + low, prime)
-        total = part if total is None else torch.remainder(total + part, prime)
+        part = field_mul(high.remainder_(prime), shift32, prime)
+        part += middle.remainder_(prime) * (1 << _LIMB_BITS)
+        part = (part + low).remainder_(prime)
+        total = part if total is None else (total + part).remainder_(prime)
     if total is None:
         shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
         return torch.zeros(shape, dtype=torch.long, device=a.device)

@@ -17,7 +17,6 @@ from vfl_lightning.mechanisms.field import (
     check_prime,
     dequantize,
     field_matmul,
-    field_mul,
     field_sum,
     lagrange_coefficients,
     random_field,
@@ -190,15 +189,15 @@ class LagrangeCode:
         a[n', k] + sum_t a[n', K+t] V_t with T fresh uniform masks V_t.
         """
         device = weights.device
-        masks = random_field((self.T, *weights.shape), self.prime, generator, device=device)
-        flat_masks = masks.reshape(self.T, weights.numel())
-        data_part = field_mul(
-            self.model_weights.to(device)[:, None], weights.reshape(1, -1), self.prime
-        )
-        mask_part = field_matmul(self.encoder[:, self.K :].to(device), flat_masks, self.prime)
-        return torch.remainder(data_part + mask_part, self.prime).reshape(
-            self.num_clients, *weights.shape
-        )
+        masks = random_field((self.T, weights.numel()), self.prime, generator, device=device)
+        coefficients = self.encoder.to(device)
+        # One fused pass per term, reduced in place: (N, numel) is the largest tensor of a round.
+        shares = self.model_weights.to(device)[:, None] * weights.reshape(1, -1)
+        shares.remainder_(self.prime)
+        for t in range(self.T):
+            shares += (coefficients[:, self.K + t, None] * masks[t]).remainder_(self.prime)
+        shares.remainder_(self.prime)
+        return shares.reshape(self.num_clients, *weights.shape)
 
     def coded_embeddings(
         self, data_shares: torch.Tensor, model_shares: torch.Tensor
