@@ -31,12 +31,18 @@ def test_every_algo_config_trains_a_few_batches(make_cfg, algo):
 @pytest.mark.parametrize("algo", ["npq", "splitnn"])
 def test_digits_reaches_90_percent_within_30_epochs(make_cfg, algo):
     cfg = make_cfg(
-        f"algo={algo}", "trainer.max_epochs=30", "target.value=0.9", "callbacks.checkpoint=null"
+        f"algo={algo}",
+        "trainer.max_epochs=30",
+        "target.value=0.9",
+        "target.stop=true",
+        "callbacks.checkpoint=null",
+        "test=false",
     )
     results = train(cfg)
     assert results["epoch_to_target"] is not None, results["val/acc"]
     assert results["epoch_to_target"] < 30
     assert results["val/acc"] >= 0.9
+    assert results["epochs"] == results["epoch_to_target"] + 1  # stopped once reached
 
 
 def _parameters(path):

@@ -28,11 +28,19 @@ def build(cfg: DictConfig):
     datamodule = instantiate(cfg.data)
     num_parties = len(datamodule.party_shapes)
     parties = [instantiate(cfg.party)(input_shape=shape) for shape in datamodule.party_shapes]
+    # An active label holder (data.active_party=true) gets its own party model for its own slice.
+    server_shape = getattr(datamodule, "server_shape", None)
+    server_party = (
+        None if server_shape is None else instantiate(cfg.party)(input_shape=server_shape)
+    )
     mechanism = instantiate(cfg.mechanism)(num_parties=num_parties)
     widths = [p.embedding_dim for p in parties]
+    if server_party is not None:
+        widths.append(server_party.embedding_dim)
     head = instantiate(cfg.head)(
         in_features=mechanism.fused_width(widths), num_classes=datamodule.num_classes
     )
+    active = {} if server_party is None else {"server_party": server_party}
     module = instantiate(
         cfg.algo,
         parties=parties,
@@ -41,6 +49,7 @@ def build(cfg: DictConfig):
         optimizer=instantiate(cfg.optimizer),
         num_classes=datamodule.num_classes,
         seed=cfg.seed,
+        **active,
     )
     return datamodule, module
 
@@ -86,6 +95,7 @@ def train(cfg: DictConfig) -> dict:
             "party": choices.get("party"),
             "head": choices.get("head"),
             "num_parties": module.num_parties,
+            "active_party": module.server_party is not None,
             "seed": cfg.seed,
             "epochs": int(trainer.current_epoch),
             "global_step": int(trainer.global_step),
