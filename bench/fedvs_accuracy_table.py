@@ -3,7 +3,7 @@
     python bench/fedvs_accuracy_table.py <sweep dir> [--times 15 30 60 120] [--by algo|K|T]
 
 Reads every results.json under the directory, takes from ``fedvs/val_curve`` the last validation
-accuracy at or before each time, and prints mean ± std over seeds per group.
+accuracy at or before each time, and prints mean ± std over seeds per group ("–": some run had no validation yet).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 
 def accuracy_at(curve: list[list[float]], seconds: float) -> float:
-    """Last validation accuracy measured at simulated time <= ``seconds`` (0.0 before the first)."""
+    """Last validation accuracy measured at simulated time <= ``seconds`` (NaN before the first)."""
     reached = [acc for _, time, acc in curve if time <= seconds]
     return reached[-1] if reached else float("nan")
 
@@ -48,8 +48,8 @@ def main() -> None:
     for key in sorted(groups):
         values = np.array(groups[key])
         cells = [
-            f"{np.nanmean(values[:, i]):.3f} ± {np.nanstd(values[:, i]):.3f}"
-            for i in range(len(args.times))
+            f"{np.mean(column):.3f} ± {np.std(column):.3f}" if np.all(np.isfinite(column)) else "–"
+            for column in values.T
         ]
         print(f"| {key} | {len(values)} | {np.mean(rounds[key]):.2f} | " + " | ".join(cells) + " |")
 
