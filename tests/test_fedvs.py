@@ -209,6 +209,7 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
         (["algo.prime=2147483649"], r"prime must be a prime number, got 2147483649"),
         (["data.batch_size=63", "algo.K=2"], r"data.batch_size=63 must be a multiple of algo.K=2"),
         (["algo=fedvs_wait_dp", "algo.dp_delta=0"], r"algo.dp_delta must be in \(0, 1\), got 0"),
+        (["algo=fedvs_wait_dp", "algo.dp_clip=0"], r"algo.dp_clip must be > 0, got 0"),
     ],
 )
 def test_bad_configurations_are_refused_at_build(make_cfg, overrides, message):

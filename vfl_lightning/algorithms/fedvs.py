@@ -98,7 +98,11 @@ class FedVSFamily(VFLModule):
         for label, value in (("deadline_s", deadline_s), ("max_simulated_s", max_simulated_s)):
             if value is not None and not value > 0:
                 raise ValueError(f"algo.{label} must be > 0 or null, got {value}")
-        for label, value in (("mbps", mbps), ("macs_per_second", macs_per_second)):
+        for label, value in (
+            ("mbps", mbps),
+            ("macs_per_second", macs_per_second),
+            ("dp_clip", dp_clip),
+        ):
             if not value > 0:
                 raise ValueError(f"algo.{label} must be > 0, got {value}")
         bad = [type(p).__name__ for p in self.parties if not isinstance(p, PolynomialNetwork)]
