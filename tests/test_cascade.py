@@ -105,7 +105,9 @@ def _transcript(make_cfg, algo, *extra):
 
 @pytest.mark.parametrize("algo,space", [("cascade", "params"), ("zoo_vfl", "output")])
 def test_no_gradient_ever_reaches_a_zoo_client(make_cfg, algo, space):
-    trainer, module = _transcript(make_cfg, algo, f"algo.zoo_space={space}", "algo.num_directions=2")
+    trainer, module = _transcript(
+        make_cfg, algo, f"algo.zoo_space={space}", "algo.num_directions=2"
+    )
     transcript = list(module.wire.ledger.transcript)
     down = [e for e in transcript if e.direction == "down"]
     up = [e for e in transcript if e.direction == "up" and e.kind != "initial_embedding"]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch.func import functional_call
 
 from vfl_lightning.algorithms.base import VFLModule
@@ -158,15 +159,9 @@ class HybridVFL(VFLModule):
         if self.zoo_space == "params":
             w = flat_parameters(party)
             u = sample_directions(q, w.shape, direction=self.direction, generator=generator)
-            x64 = x.double()
             with torch.no_grad():
-                c = functional_call(party, unflatten_parameters(party, w), (x64,))
-                perturbed = torch.stack(
-                    [
-                        functional_call(party, unflatten_parameters(party, w + self.mu * u_k), (x64,))
-                        for u_k in u
-                    ]
-                )
+                outputs = self.perturbed_outputs(party, torch.cat([w[None], w + self.mu * u]), x)
+            c, perturbed = outputs[0], outputs[1:]
             return ZooQuery(c, perturbed, u, None)
         output = party(x)
         c = output.detach().double()
@@ -183,39 +178,47 @@ class HybridVFL(VFLModule):
     ) -> torch.Tensor:
         """The server's answer [h, h_hat_1..h_hat_q]: batch-mean losses in float64, client m's
         column replaced by c, then by each c_hat_k, all with the same head parameters."""
-        inputs = [column.double() for column in columns]
-        losses = []
+        candidates = torch.cat([query.embedding[None], query.perturbed])
+        inputs = [column.double().expand(len(candidates), *column.shape) for column in columns]
+        inputs[m] = candidates
         with torch.no_grad():
-            for candidate in (query.embedding, *query.perturbed):
-                inputs[m] = candidate
-                logits = functional_call(self.head, head_parameters, (self.mechanism.fuse(inputs),))
-                losses.append(self.loss_fn(logits, y))
-        return torch.stack(losses)
+            logits = functional_call(self.head, head_parameters, (self.mechanism.fuse(inputs),))
+        return self.batch_losses(logits, y)
+
+    @staticmethod
+    def perturbed_outputs(model, flat_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``model`` evaluated in float64 at each row of ``flat_weights``, shape (K, B, ...)."""
+        x64 = x.double()
+
+        def evaluate(w):
+            return functional_call(model, unflatten_parameters(model, w), (x64,))
+
+        return torch.func.vmap(evaluate)(flat_weights)
+
+    def batch_losses(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Batch-mean loss of each of K stacked logit batches (K, B, C) -> (K,)."""
+        k, b = logits.shape[:2]
+        per_sample = F.cross_entropy(logits.reshape(k * b, -1), y.repeat(k), reduction="none")
+        return per_sample.reshape(k, b).mean(1)
 
     def zoo_server_gradient(self, columns, y, generator):
         """The server's own two-point estimate on its head parameters (zoo_vfl); sets .grad."""
         fused = self.mechanism.fuse([column.double() for column in columns])
         w0 = flat_parameters(self.head)
-        u = sample_directions(self.num_directions, w0.shape, direction=self.direction, generator=generator)
+        u = sample_directions(
+            self.num_directions, w0.shape, direction=self.direction, generator=generator
+        )
         with torch.no_grad():
-            logits = functional_call(self.head, unflatten_parameters(self.head, w0), (fused,))
-            loss = self.loss_fn(logits, y)
-            perturbed = torch.stack(
-                [
-                    self.loss_fn(
-                        functional_call(
-                            self.head, unflatten_parameters(self.head, w0 + self.mu * u_k), (fused,)
-                        ),
-                        y,
-                    )
-                    for u_k in u
-                ]
+            logits = self.perturbed_outputs(
+                self.head, torch.cat([w0[None], w0 + self.mu * u]), fused
             )
+            losses = self.batch_losses(logits, y)
+        loss, perturbed = losses[0], losses[1:]
         set_gradient(
             self.head,
             two_point_estimate(loss, perturbed, u, mu=self.mu, direction=self.direction),
         )
-        return loss.float(), logits.float()
+        return loss.float(), logits[0].float()
 
     def protocol_step(self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor):
         """One server iteration; returns (loss, logits). ``last_ages`` holds the table ages."""
@@ -297,9 +300,7 @@ class HybridVFL(VFLModule):
         self.log_train_step(loss, logits, y)
         ages = self.last_ages.float()
         self.log("async/staleness_mean", ages.mean(), on_step=False, on_epoch=True)
-        self.log(
-            "async/staleness_max", ages.max(), on_step=False, on_epoch=True, reduce_fx="max"
-        )
+        self.log("async/staleness_max", ages.max(), on_step=False, on_epoch=True, reduce_fx="max")
         return loss
 
     # ----------------------------------------------------------------- checkpoints
@@ -314,7 +315,9 @@ class HybridVFL(VFLModule):
         super().on_load_checkpoint(checkpoint)
         state = checkpoint.get("async")
         if state is None:
-            raise ValueError(f"checkpoint has no 'async' state: it was not written by algo={self.name}")
+            raise ValueError(
+                f"checkpoint has no 'async' state: it was not written by algo={self.name}"
+            )
         self.activation.load_state_dict(state["activation"])
         self.table = None
         self._pending_table = state["table"]

@@ -92,7 +92,9 @@ class EmbeddingTable:
     def num_samples(self) -> int:
         return len(self.written_at)
 
-    def write(self, idx: torch.Tensor, client: int, embedding: torch.Tensor, iteration: int) -> None:
+    def write(
+        self, idx: torch.Tensor, client: int, embedding: torch.Tensor, iteration: int
+    ) -> None:
         self.columns[client][idx] = embedding.detach().to(self.columns[client].dtype)
         self.written_at[idx, client] = iteration
 

@@ -44,9 +44,7 @@ def sample_directions(
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     device = generator.device if device is None else device
-    u = torch.randn(
-        (num_directions, *shape), generator=generator, dtype=dtype, device=device
-    )
+    u = torch.randn((num_directions, *shape), generator=generator, dtype=dtype, device=device)
     if direction == "sphere":
         norms = u.reshape(num_directions, -1).norm(dim=1)
         u = u / norms.reshape(num_directions, *([1] * len(shape)))

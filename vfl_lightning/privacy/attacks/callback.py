@@ -72,7 +72,9 @@ class LabelInferenceAttack(L.Callback):
         if self._generator is None or self._generator.device != y.device:
             self._generator = torch.Generator(device=y.device).manual_seed(self.seed + 2_147)
         client = infer_labels(observation)
-        eavesdropper = infer_labels(observation, knows_perturbation=False, generator=self._generator)
+        eavesdropper = infer_labels(
+            observation, knows_perturbation=False, generator=self._generator
+        )
         self._pending.append(((client == y).sum(), (eavesdropper == y).sum(), len(y)))
 
     def _collect(self) -> None:
