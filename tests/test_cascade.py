@@ -188,9 +188,9 @@ def test_table_holds_the_right_version_after_a_scripted_activation_order(make_cf
 def test_cascade_beats_zoo_vfl_on_digits_after_the_same_epochs(make_cfg):
     accuracy = {}
     for algo in ("cascade", "zoo_vfl"):
-        cfg = make_cfg(f"algo={algo}", "trainer.max_epochs=2", "callbacks.checkpoint=null")
+        cfg = make_cfg(f"algo={algo}", "trainer.max_epochs=1", "callbacks.checkpoint=null")
         accuracy[algo] = train(cfg)["val/acc"]
-    assert accuracy["cascade"] >= 0.5, accuracy
+    assert accuracy["cascade"] >= 0.4, accuracy
     assert accuracy["cascade"] > accuracy["zoo_vfl"] + 0.25, accuracy
 
 
