@@ -202,7 +202,12 @@ class HybridVFL(VFLModule):
         return per_sample.reshape(k, b).mean(1)
 
     def zoo_server_gradient(self, columns, y, generator):
-        """The server's own two-point estimate on its head parameters (zoo_vfl); sets .grad."""
+        """The server's own two-point estimate on its head parameters (zoo_vfl); sets .grad.
+
+        Both losses use the clients' unperturbed embeddings. Appendix B (line 9) evaluates the
+        perturbed head on the clients' c_hat instead: unbiased too, but the clients'
+        perturbations add variance to the server's estimate.
+        """
         fused = self.mechanism.fuse([column.double() for column in columns])
         w0 = flat_parameters(self.head)
         u = sample_directions(
