@@ -142,7 +142,7 @@ class _Snapshots(L.Callback):
         self.steps.append((batch[2].clone(), states))
 
 
-@pytest.mark.parametrize("algo", ["cascade", "vafl"])
+@pytest.mark.parametrize("algo", ["cascade", pytest.param("vafl", marks=pytest.mark.slow)])
 def test_table_holds_the_right_version_after_a_scripted_activation_order(make_cfg, algo):
     order = [0, 2, 1, 1, 3, 0, 2]
     cfg = make_cfg(
@@ -222,6 +222,7 @@ def test_client_speeds_set_the_activation_frequencies():
     assert abs(share - 0.75) < 4 * (0.75 * 0.25 / 4000) ** 0.5
 
 
+@pytest.mark.slow
 def test_resume_two_plus_two_epochs_equals_four_with_table_and_activations(make_cfg):
     common = [
         "algo=cascade",

@@ -60,7 +60,7 @@ def _attack(make_cfg, algo, *extra):
     return results
 
 
-@pytest.mark.parametrize("algo", ["npq", "vafl"])
+@pytest.mark.parametrize("algo", ["npq", pytest.param("vafl", marks=pytest.mark.slow)])
 def test_attack_reads_labels_from_first_order_gradients(make_cfg, algo):
     results = _attack(make_cfg, algo)
     assert results["attack/label_inference_acc"] >= 0.95
