@@ -139,7 +139,8 @@ class _Snapshots(L.Callback):
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         states = [{k: v.clone() for k, v in p.state_dict().items()} for p in module.parties]
-        self.steps.append((batch[2].clone(), states))
+        head = {k: v.clone() for k, v in module.head.state_dict().items()}
+        self.steps.append((batch[2].clone(), states, head, batch[1].clone()))
 
 
 @pytest.mark.parametrize("algo", ["cascade", pytest.param("vafl", marks=pytest.mark.slow)])
@@ -173,7 +174,7 @@ def test_table_holds_the_right_version_after_a_scripted_activation_order(make_cf
     everything = torch.arange(n)
     expected = [embed(m, snapshots.initial, everything) for m in range(4)]
     written_at = torch.zeros(n, 4, dtype=torch.long)
-    for t, (idx, states) in enumerate(snapshots.steps):
+    for t, (idx, states, _, _) in enumerate(snapshots.steps):
         m = order[t % len(order)]
         expected[m][idx] = embed(m, states, idx)
         written_at[idx, m] = t
@@ -184,6 +185,19 @@ def test_table_holds_the_right_version_after_a_scripted_activation_order(make_cf
     last_idx = snapshots.steps[-1][0]
     assert torch.equal(module.last_ages, 8 - written_at[last_idx])
     assert module.last_ages.max() == 8 and (module.last_ages[:, order[8 % 7]] == 0).all()
+    if algo == "cascade":
+        # the losses the client got came from the head BEFORE the server's step of that iteration
+        _, _, head_before, y = snapshots.steps[-1]
+        fused = torch.cat([column[last_idx] for column in table.columns], -1)
+
+        def loss_with(state):
+            return torch.nn.functional.cross_entropy(
+                torch.func.functional_call(module.head, state, (fused,)), y
+            )
+
+        h = module.observations[order[8 % 7]].received[0]
+        assert abs(h - loss_with(head_before)) < 1e-5
+        assert abs(h - loss_with(dict(module.head.named_parameters()))) > 1e-4
 
 
 def test_cascade_beats_zoo_vfl_on_digits_after_the_same_epochs(make_cfg):
