@@ -20,15 +20,6 @@ NO_VAL = ["trainer.limit_val_batches=0", "trainer.num_sanity_val_steps=0"]
 ACTIVE_BC = ["data=breast_cancer", "data.num_parties=3", "data.active_party=true"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models on a shared 2-core machine: one intra-op thread avoids spin contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _state(module):
     return {k: v.clone() for k, v in module.state_dict().items()}
 
@@ -144,15 +135,6 @@ def test_proximal_term_autograd():
     torch.testing.assert_close(grad, 0.3 * (theta.detach() - anchor))
 
 
-class StopAtTarget(TargetTracker):
-    """The shared tracker, stopping the run once the target is reached (saves test time)."""
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        super().on_validation_end(trainer, pl_module)
-        if self.reached is not None:
-            trainer.should_stop = True
-
-
 def _rounds_to_auc(make_cfg, algo, q, seed, target, epochs):
     cfg = make_cfg(
         "experiment=fedbcd_breast_cancer",
@@ -162,7 +144,7 @@ def _rounds_to_auc(make_cfg, algo, q, seed, target, epochs):
         f"trainer.max_epochs={epochs}",
     )
     datamodule, module = _build(cfg)
-    tracker = StopAtTarget("val/auroc", target)
+    tracker = TargetTracker("val/auroc", target, stop=True)
     _fit_module(cfg, datamodule, module, [tracker])
     reached = tracker.results()["rounds_to_target"]
     # A run that never reaches the target counts as one round more than it ran, fewer than it
@@ -309,3 +291,34 @@ def test_protocols_without_active_party_support_refuse_it():
             2,
             server_party=MLPEncoder((3,), embedding_dim=2),
         )
+
+
+def test_resume_keeps_the_lr_schedule_and_the_rounds(make_cfg):
+    from pathlib import Path
+
+    from vfl_lightning.train import train
+
+    common = [
+        *ACTIVE_BC,
+        "algo=fedbcd",
+        "algo.local_steps=3",
+        "algo.lr_schedule=sqrt_decay",
+        "trainer.limit_train_batches=4",
+        "trainer.limit_val_batches=1",
+        "test=false",
+    ]
+    straight = make_cfg(*common, "trainer.max_epochs=2")
+    train(straight)
+    first = make_cfg(*common, "trainer.max_epochs=1")
+    train(first)
+    last = Path(first.paths.output_dir) / "checkpoints" / "last.ckpt"
+    resumed = make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={last}")
+    results = train(resumed)
+    assert results["comm/rounds"] == 8 and results["global_step"] == 24
+    a = torch.load(
+        Path(straight.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False
+    )
+    b = torch.load(Path(resumed.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
+    for key, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][key]), key
+    assert a["vfl"]["wire"] == b["vfl"]["wire"]

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import lightning as L
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -70,6 +71,8 @@ def _scalar(value) -> float | int | str | None:
 
 def train(cfg: DictConfig) -> dict:
     """Train and test the configured protocol; return (and write) the results dictionary."""
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

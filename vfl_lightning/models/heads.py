@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import nn
 
 
@@ -25,3 +26,20 @@ class MLPHead(nn.Sequential):
             width = int(size)
         layers.append(nn.Linear(width, num_classes))
         super().__init__(*layers)
+
+
+class BiasHead(nn.Module):
+    """Logits = fused input + a per-class bias: the "model without split" of Fu et al.'s direct
+    label-inference attack (the server sums the parties' outputs). Needs in_features = classes."""
+
+    def __init__(self, in_features: int, num_classes: int) -> None:
+        super().__init__()
+        if in_features != num_classes:
+            raise ValueError(
+                f"head=bias adds a bias to the fused input, so its width must equal num_classes="
+                f"{num_classes}, got {in_features}: set party.embedding_dim={num_classes}"
+            )
+        self.bias = nn.Parameter(torch.zeros(num_classes))
+
+    def forward(self, fused: torch.Tensor) -> torch.Tensor:
+        return fused + self.bias

@@ -1,0 +1,328 @@
+"""Asynchronous VFL with zeroth- or first-order clients and server: cascade (ZOO clients, FOO
+server; cascaded-hybrid paper Algorithm 1), zoo_vfl, syn_zoo_vfl (Appendix B) and vafl."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from vfl_lightning.algorithms.base import VFLModule
+from vfl_lightning.algorithms.staleness import ClientActivation, EmbeddingTable
+from vfl_lightning.algorithms.zoo import (
+    ZOO_SPACES,
+    check_zoo_options,
+    flat_parameters,
+    sample_directions,
+    set_gradient,
+    two_point_estimate,
+    unflatten_parameters,
+)
+from vfl_lightning.mechanisms.plain import Plain
+from vfl_lightning.privacy.attacks.label_inference import ClientObservation
+from vfl_lightning.wire.ledger import DOWNLINK, UPLINK
+
+UPDATES = ("zoo", "foo")
+LOSS_BITS = 64
+INITIAL_PASS_CHUNK = 1024
+
+
+@dataclass
+class ZooQuery:
+    """Client m's query: c and the q perturbed outputs c_hat_k (float64), the directions u_k it
+    keeps to itself, and (``zoo_space='output'``) its float32 output with the autograd graph."""
+
+    embedding: torch.Tensor
+    perturbed: torch.Tensor
+    directions: torch.Tensor
+    output: torch.Tensor | None
+
+
+class HybridVFL(VFLModule):
+    """Clients update by zeroth-order (``client_update='zoo'``) or first-order (``'foo'``)
+    optimization, the server likewise (``server_update``); one client per iteration
+    (asynchronous, order from ``client_speeds`` or ``activation_order``) or all of them
+    (``synchronous=True``).
+
+    One iteration (Algorithm 1) with client m active on batch B:
+    1. a ZOO client sends c = F_m(w_m; x) and c_hat_k = F_m(w_m + mu u_k; x), k = 1..q (eq. 2,
+       ``zoo_space='params'``) or c_hat_k = c + mu u_k (``'output'``, the authors' later code);
+       a FOO client sends c. The server writes c into its table of the latest embedding of every
+       (sample, client) and reads the other clients' (stale) entries of B from it.
+    2. The server answers a ZOO query with the batch-mean losses h and h_hat_k, computed in
+       float64 from the SAME head parameters, before its own update; a FOO client gets dL/dc.
+    3. The server takes one step on its head (backprop for FOO; its own two-point estimate on
+       the head parameters for ZOO), the client one step with (phi(d)/mu) mean_k (h_hat_k - h)
+       u_k (eq. 3), back-propagated locally through its model when ``zoo_space='output'``.
+
+    Wire: a ZOO client's uplink is 1 + q embeddings in float64 (64 bits per element: a float32
+    c_hat - c at mu = 0.001 is mostly rounding), its downlink 1 + q float64 loss scalars and never a
+    gradient. ``global_step`` and ``comm/rounds`` count server iterations: one per received
+    message (query) when asynchronous, one per batch when synchronous. The initial pass that
+    fills the table is sent over the wire too (kind ``initial_embedding``).
+    """
+
+    def __init__(
+        self,
+        parties,
+        head,
+        mechanism,
+        optimizer,
+        num_classes: int,
+        *,
+        client_update: str = "zoo",
+        server_update: str = "foo",
+        synchronous: bool = False,
+        direction: str = "gaussian",
+        mu: float = 0.001,
+        num_directions: int = 1,
+        zoo_space: str = "params",
+        client_speeds: Sequence[float] | None = None,
+        activation_order: Sequence[int] | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(parties, head, mechanism, optimizer, num_classes, **kwargs)
+        for label, value in (("client_update", client_update), ("server_update", server_update)):
+            if value not in UPDATES:
+                raise ValueError(f"{label} must be one of {UPDATES}, got {value!r}")
+        if client_update == "foo" and server_update == "zoo":
+            raise ValueError(
+                "client_update='foo' needs server_update='foo': a zeroth-order server has no "
+                "gradient to send to its clients"
+            )
+        check_zoo_options(mu=mu, num_directions=num_directions, direction=direction)
+        if zoo_space not in ZOO_SPACES:
+            raise ValueError(f"zoo_space must be one of {ZOO_SPACES}, got {zoo_space!r}")
+        if not isinstance(mechanism, Plain):
+            raise ValueError(
+                f"algo={self.name} sends plain embeddings: mechanism must be plain, "
+                f"got {type(mechanism).__name__}"
+            )
+        self.client_update = client_update
+        self.server_update = server_update
+        self.synchronous = bool(synchronous)
+        self.direction = direction
+        self.mu = float(mu)
+        self.num_directions = int(num_directions)
+        self.zoo_space = zoo_space
+        self.activation = ClientActivation(
+            self.num_parties, client_speeds, activation_order, seed=self.seed
+        )
+        self.table: EmbeddingTable | None = None
+        self._pending_table: dict | None = None
+        self.observations: dict[int, ClientObservation] = {}
+        self.last_ages: torch.Tensor | None = None
+
+    # ----------------------------------------------------------------- the server's table
+    def on_train_start(self) -> None:
+        if self.table is not None:
+            return
+        if self._pending_table is not None:
+            self.table = EmbeddingTable.from_state_dict(self._pending_table, self.device)
+            self._pending_table = None
+            return
+        self.table = self.initial_pass()
+
+    def initial_pass(self) -> EmbeddingTable:
+        """Every client sends its embedding of the whole training split (no gradient)."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        splits = getattr(datamodule, "splits", {})
+        if "train" not in splits:
+            raise RuntimeError(
+                f"algo={self.name} fills the server's embedding table from the datamodule's "
+                "preloaded training split: fit with a VerticalDataModule"
+            )
+        xs = splits["train"].xs
+        columns = []
+        with torch.no_grad():
+            for m, party in enumerate(self.parties):
+                chunks = [
+                    party(xs[m][start : start + INITIAL_PASS_CHUNK].to(self.device))
+                    for start in range(0, len(xs[m]), INITIAL_PASS_CHUNK)
+                ]
+                column = torch.cat(chunks)
+                self.wire.send(UPLINK, m, column, kind="initial_embedding")
+                columns.append(column)
+        return EmbeddingTable.from_initial_pass(columns)
+
+    # ----------------------------------------------------------------- one iteration
+    def active_clients(self) -> list[int]:
+        return list(range(self.num_parties)) if self.synchronous else [self.activation.next()]
+
+    def zoo_query(self, m: int, x: torch.Tensor, generator: torch.Generator) -> ZooQuery:
+        """Client m's outputs c and c_hat_k = F_m(w_m + mu u_k; x) (eq. 2) or c + mu u_k."""
+        party = self.parties[m]
+        q = self.num_directions
+        if self.zoo_space == "params":
+            w = flat_parameters(party)
+            u = sample_directions(q, w.shape, direction=self.direction, generator=generator)
+            with torch.no_grad():
+                outputs = self.perturbed_outputs(party, torch.cat([w[None], w + self.mu * u]), x)
+            c, perturbed = outputs[0], outputs[1:]
+            return ZooQuery(c, perturbed, u, None)
+        output = party(x)
+        c = output.detach().double()
+        u = sample_directions(q, c.shape, direction=self.direction, generator=generator)
+        return ZooQuery(c, c + self.mu * u, u, output)
+
+    def query_losses(
+        self,
+        columns: list[torch.Tensor],
+        m: int,
+        query: ZooQuery,
+        y: torch.Tensor,
+        head_parameters: dict[str, torch.Tensor],
+    ) -> torch.Tensor:
+        """The server's answer [h, h_hat_1..h_hat_q]: batch-mean losses in float64, client m's
+        column replaced by c, then by each c_hat_k, all with the same head parameters."""
+        candidates = torch.cat([query.embedding[None], query.perturbed])
+        inputs = [column.double().expand(len(candidates), *column.shape) for column in columns]
+        inputs[m] = candidates
+        with torch.no_grad():
+            logits = functional_call(self.head, head_parameters, (self.mechanism.fuse(inputs),))
+        return self.batch_losses(logits, y)
+
+    @staticmethod
+    def perturbed_outputs(model, flat_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``model`` evaluated in float64 at each row of ``flat_weights``, shape (K, B, ...)."""
+        x64 = x.double()
+
+        def evaluate(w):
+            return functional_call(model, unflatten_parameters(model, w), (x64,))
+
+        return torch.func.vmap(evaluate)(flat_weights)
+
+    def batch_losses(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Batch-mean loss of each of K stacked logit batches (K, B, C) -> (K,)."""
+        k, b = logits.shape[:2]
+        per_sample = F.cross_entropy(logits.reshape(k * b, -1), y.repeat(k), reduction="none")
+        return per_sample.reshape(k, b).mean(1)
+
+    def zoo_server_gradient(self, columns, y, generator):
+        """The server's own two-point estimate on its head parameters (zoo_vfl); sets .grad.
+
+        Both losses use the clients' unperturbed embeddings. Appendix B (line 9) evaluates the
+        perturbed head on the clients' c_hat instead: unbiased too, but the clients'
+        perturbations add variance to the server's estimate.
+        """
+        fused = self.mechanism.fuse([column.double() for column in columns])
+        w0 = flat_parameters(self.head)
+        u = sample_directions(
+            self.num_directions, w0.shape, direction=self.direction, generator=generator
+        )
+        with torch.no_grad():
+            logits = self.perturbed_outputs(
+                self.head, torch.cat([w0[None], w0 + self.mu * u]), fused
+            )
+            losses = self.batch_losses(logits, y)
+        loss, perturbed = losses[0], losses[1:]
+        set_gradient(
+            self.head,
+            two_point_estimate(loss, perturbed, u, mu=self.mu, direction=self.direction),
+        )
+        return loss.float(), logits[0].float()
+
+    def protocol_step(self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor):
+        """One server iteration; returns (loss, logits). ``last_ages`` holds the table ages."""
+        if self.table is None:
+            raise RuntimeError("the embedding table is filled at train start: call trainer.fit")
+        party_opts, server_opt = self.split_optimizers()
+        iteration = int(self.global_step)
+        generator = self.generator("train")
+        active = self.active_clients()
+        self.observations = {}
+
+        queries: dict[int, ZooQuery] = {}
+        outputs: dict[int, torch.Tensor] = {}
+        for m in active:
+            if self.client_update == "zoo":
+                query = self.zoo_query(m, xs[m], generator)
+                embedding = self.wire.send(UPLINK, m, query.embedding, kind="embedding")
+                for perturbed in query.perturbed:
+                    self.wire.send(UPLINK, m, perturbed, kind="perturbed_embedding")
+                queries[m] = query
+            else:
+                outputs[m] = self.parties[m](xs[m])
+                embedding = self.wire.send(UPLINK, m, outputs[m], kind="embedding")
+            self.table.write(idx, m, embedding, iteration)
+        self.last_ages = self.table.ages(idx, iteration)
+        columns = self.table.read(idx)
+
+        received: dict[int, torch.Tensor] = {}
+        if queries:
+            head_parameters = unflatten_parameters(self.head, flat_parameters(self.head))
+            for m, query in queries.items():
+                losses = self.query_losses(columns, m, query, y, head_parameters)
+                received[m] = self.wire.send(
+                    DOWNLINK, m, losses, bits_per_element=LOSS_BITS, kind="loss"
+                )
+                self.observations[m] = ClientObservation(
+                    "loss", received[m], query.perturbed - query.embedding
+                )
+
+        server_opt.zero_grad()
+        if self.server_update == "foo":
+            inputs = list(columns)
+            for m in outputs:
+                inputs[m] = inputs[m].requires_grad_()
+            logits = self.head(self.mechanism.fuse(inputs))
+            loss = self.loss_fn(logits, y)
+            self.manual_backward(loss)
+            for m in outputs:
+                received[m] = self.wire.send(DOWNLINK, m, inputs[m].grad, kind="gradient")
+                self.observations[m] = ClientObservation("gradient", received[m])
+        else:
+            loss, logits = self.zoo_server_gradient(columns, y, generator)
+
+        for m in active:
+            opt = party_opts[m]
+            opt.zero_grad()
+            if m in queries:
+                self.apply_zoo_estimate(m, queries[m], received[m])
+            else:
+                self.backward_parties([outputs[m]], [received[m]])
+            self.step_party(opt)
+        server_opt.step()
+        self.wire.end_round()
+        return loss, logits
+
+    def apply_zoo_estimate(self, m: int, query: ZooQuery, losses: torch.Tensor) -> None:
+        """Client m's gradient estimate (eq. 3) from the two returned losses, as ``.grad``."""
+        estimate = two_point_estimate(
+            losses[0], losses[1:], query.directions, mu=self.mu, direction=self.direction
+        )
+        if query.output is None:
+            set_gradient(self.parties[m], estimate)
+        else:
+            self.backward_parties([query.output], [estimate.to(query.output.dtype)])
+
+    def training_step(self, batch, batch_idx):
+        xs, y, idx = batch
+        loss, logits = self.protocol_step(xs, y, idx)
+        self.log_train_step(loss, logits, y)
+        ages = self.last_ages.float()
+        self.log("async/staleness_mean", ages.mean(), on_step=False, on_epoch=True)
+        self.log("async/staleness_max", ages.max(), on_step=False, on_epoch=True, reduce_fx="max")
+        return loss
+
+    # ----------------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["async"] = {
+            "activation": self.activation.state_dict(),
+            "table": None if self.table is None else self.table.state_dict(),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        state = checkpoint.get("async")
+        if state is None:
+            raise ValueError(
+                f"checkpoint has no 'async' state: it was not written by algo={self.name}"
+            )
+        self.activation.load_state_dict(state["activation"])
+        self.table = None
+        self._pending_table = state["table"]

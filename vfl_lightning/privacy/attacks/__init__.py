@@ -1,0 +1,1 @@
+"""Privacy attacks run from what a party observed on the wire (label inference, Fu et al.)."""
