@@ -236,7 +236,6 @@ def test_client_speeds_set_the_activation_frequencies():
     assert abs(share - 0.75) < 4 * (0.75 * 0.25 / 4000) ** 0.5
 
 
-@pytest.mark.slow
 def test_resume_two_plus_two_epochs_equals_four_with_table_and_activations(make_cfg):
     common = [
         "algo=cascade",
