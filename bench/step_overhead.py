@@ -4,7 +4,7 @@ For each number of parties M, trains the protocol with Lightning and, on every b
 a centralized copy (the same party modules + head as one nn.Module, one optimizer) on that batch,
 so both are timed interleaved in one process. Prints the median step times and their ratio.
 
-    python bench/step_overhead.py                       # npq at M = 2, 4, 8, 16
+    python bench/step_overhead.py                       # npq, pbm, ldp at M = 2, 4, 8, 16
     python bench/step_overhead.py --algos npq splitnn --parties 4 --steps 300
 """
 
@@ -119,7 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--algos", nargs="+", default=["npq"])
+    parser.add_argument("--algos", nargs="+", default=["npq", "pbm", "ldp"])
     parser.add_argument("--parties", nargs="+", type=int, default=[2, 4, 8, 16])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -13,6 +14,10 @@ from omegaconf import DictConfig, open_dict
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 os.environ.setdefault("WANDB_MODE", "disabled")
+# The test models are tiny: one intra-op thread is faster than two and does not oversubscribe the
+# 2-core CI machine; subprocesses (CLI, multirun tests) inherit it through the environment.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 QUIET = [
     "logger=none",

@@ -90,3 +90,10 @@ def test_uneven_even_partition_of_breast_cancer():
 def test_bad_data_inputs_raise_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         VerticalDataModule(**kwargs)
+
+
+def test_empty_validation_split_is_allowed():
+    dm = VerticalDataModule("breast_cancer", num_parties=2, partition="even", val_fraction=0.0)
+    assert len(dm.splits["val"]) == 0
+    assert [x.shape[1] for x in dm.splits["val"].xs] == [15, 15]
+    assert len(dm.val_dataloader()) == 0

@@ -13,16 +13,22 @@ class TargetTracker(L.Callback):
     Checked after every validation run (``val/*`` metrics; validate more often with
     ``trainer.val_check_interval`` for a finer round count) and at every training epoch end.
     ``results()`` gives ``rounds_to_target``, ``mb_to_target``, ``epoch_to_target`` (None if never).
+    ``stop=True`` ends training once the target is reached.
     """
 
     def __init__(
-        self, metric: str = "val/acc", value: float | None = None, mode: str = "max"
+        self,
+        metric: str = "val/acc",
+        value: float | None = None,
+        mode: str = "max",
+        stop: bool = False,
     ) -> None:
         if mode not in ("max", "min"):
             raise ValueError(f"target mode must be 'max' or 'min', got {mode!r}")
         self.metric = metric
         self.value = value
         self.mode = mode
+        self.stop = bool(stop)
         self.reached: dict | None = None
 
     def _check(self, trainer: L.Trainer, module: L.LightningModule) -> None:
@@ -42,6 +48,8 @@ class TargetTracker(L.Callback):
                 "simulated_s": float(module.wire.clock.now),
                 "value": current,
             }
+            if self.stop:
+                trainer.should_stop = True
 
     def on_validation_end(self, trainer, pl_module) -> None:
         self._check(trainer, pl_module)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import lightning as L
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -28,11 +29,19 @@ def build(cfg: DictConfig):
     datamodule = instantiate(cfg.data)
     num_parties = len(datamodule.party_shapes)
     parties = [instantiate(cfg.party)(input_shape=shape) for shape in datamodule.party_shapes]
+    # An active label holder (data.active_party=true) gets its own party model for its own slice.
+    server_shape = getattr(datamodule, "server_shape", None)
+    server_party = (
+        None if server_shape is None else instantiate(cfg.party)(input_shape=server_shape)
+    )
     mechanism = instantiate(cfg.mechanism)(num_parties=num_parties)
     widths = [p.embedding_dim for p in parties]
+    if server_party is not None:
+        widths.append(server_party.embedding_dim)
     head = instantiate(cfg.head)(
         in_features=mechanism.fused_width(widths), num_classes=datamodule.num_classes
     )
+    active = {} if server_party is None else {"server_party": server_party}
     module = instantiate(
         cfg.algo,
         parties=parties,
@@ -41,6 +50,7 @@ def build(cfg: DictConfig):
         optimizer=instantiate(cfg.optimizer),
         num_classes=datamodule.num_classes,
         seed=cfg.seed,
+        **active,
     )
     return datamodule, module
 
@@ -61,6 +71,8 @@ def _scalar(value) -> float | int | str | None:
 
 def train(cfg: DictConfig) -> dict:
     """Train and test the configured protocol; return (and write) the results dictionary."""
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -86,6 +98,7 @@ def train(cfg: DictConfig) -> dict:
             "party": choices.get("party"),
             "head": choices.get("head"),
             "num_parties": module.num_parties,
+            "active_party": module.server_party is not None,
             "seed": cfg.seed,
             "epochs": int(trainer.current_epoch),
             "global_step": int(trainer.global_step),

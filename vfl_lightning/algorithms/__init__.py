@@ -2,6 +2,8 @@
 
 from vfl_lightning.algorithms.asynchronous import HybridVFL
 from vfl_lightning.algorithms.base import VFLModule
+from vfl_lightning.algorithms.fedbcd import FedBCD
+from vfl_lightning.algorithms.fedvs import FedVSFamily
 from vfl_lightning.algorithms.sync import SyncVFL
 
-__all__ = ["HybridVFL", "SyncVFL", "VFLModule"]
+__all__ = ["FedBCD", "FedVSFamily", "HybridVFL", "SyncVFL", "VFLModule"]

@@ -22,7 +22,7 @@ from torchmetrics.classification import (
     MulticlassAccuracy,
 )
 
-from vfl_lightning.mechanisms.base import Mechanism
+from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
 from vfl_lightning.wire import SimulatedClock, Wire
 from vfl_lightning.wire.clock import DelayModel
 
@@ -47,7 +47,14 @@ class VFLModule(L.LightningModule):
     Subclasses implement :meth:`training_step` (the protocol). ``optimizer`` is a partial torch
     optimizer (Hydra ``_partial_: true``) completed with each party's and the head's parameters;
     ``server_optimizer`` overrides it for the head.
+
+    Active party (``server_party``): the label holder also holds features. Its party model embeds
+    the last slice of every batch, and that fresh embedding joins the fusion at the server
+    (:meth:`server_fuse`) without crossing the wire; the server optimizer steps it with the head.
+    Protocols that handle it set ``SUPPORTS_ACTIVE_PARTY``.
     """
+
+    SUPPORTS_ACTIVE_PARTY = False
 
     def __init__(
         self,
@@ -62,15 +69,30 @@ class VFLModule(L.LightningModule):
         seed: int = 0,
         delay_model: DelayModel | None = None,
         transcript_size: int = 0,
+        server_party: nn.Module | None = None,
     ) -> None:
         super().__init__()
+        if server_party is not None and not self.SUPPORTS_ACTIVE_PARTY:
+            raise ValueError(
+                f"{type(self).__name__} does not support data.active_party=true "
+                "(a label holder with its own features)"
+            )
         self.automatic_optimization = False
         self.save_hyperparameters(
-            ignore=["parties", "head", "mechanism", "optimizer", "server_optimizer", "delay_model"]
+            ignore=[
+                "parties",
+                "head",
+                "mechanism",
+                "optimizer",
+                "server_optimizer",
+                "delay_model",
+                "server_party",
+            ]
         )
         self.name = name
         self.parties = nn.ModuleList(parties)
         self.head = head
+        self.server_party = server_party
         self.mechanism = mechanism
         self.optimizer_factory = optimizer
         self.server_optimizer_factory = server_optimizer or optimizer
@@ -91,7 +113,12 @@ class VFLModule(L.LightningModule):
     # ----------------------------------------------------------------- optimizers
     def configure_optimizers(self):
         party_opts = [self.optimizer_factory(p.parameters()) for p in self.parties]
-        return [*party_opts, self.server_optimizer_factory(self.head.parameters())]
+        return [*party_opts, self.server_optimizer_factory(self.server_parameters())]
+
+    def server_parameters(self) -> list[nn.Parameter]:
+        """What the server optimizer steps: the head, and the server's own party model if any."""
+        own = [] if self.server_party is None else list(self.server_party.parameters())
+        return [*self.head.parameters(), *own]
 
     def split_optimizers(self):
         """(party optimizers, server optimizer), all as Lightning wrappers."""
@@ -162,14 +189,24 @@ class VFLModule(L.LightningModule):
 
     # ----------------------------------------------------------------- forward
     def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Each party's embedding of its slice: h_m = party_m(x_m)."""
-        return [party(x) for party, x in zip(self.parties, xs, strict=True)]
+        """Each party's embedding of its slice: h_m = party_m(x_m) (not the server's own slice)."""
+        wire_xs = xs[:-1] if self.server_party is not None else xs
+        return [party(x) for party, x in zip(self.parties, wire_xs, strict=True)]
+
+    def own_embedding(self, xs: Sequence[torch.Tensor]) -> torch.Tensor | None:
+        """The active server's fresh embedding of its own (last) slice, or ``None``."""
+        return None if self.server_party is None else self.server_party(xs[-1])
+
+    def server_fuse(self, fused: torch.Tensor, own: torch.Tensor | None) -> torch.Tensor:
+        """The head's input: what arrived over the wire, joined with the server's own embedding."""
+        if own is None:
+            return fused
+        return join_own_embedding(fused, own, self.mechanism.fusion, self.num_parties)
 
     def forward(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
         """Logits as the deployed protocol computes them (mechanism applied per ``apply_at_eval``)."""
         stage = "val" if not self.training else "train"
-        fused = self.mechanism.evaluate(self.embed(xs), generator=self.generator(stage))
-        return self.head(fused)
+        return self.head(self.server_input(xs, stage))
 
     @staticmethod
     def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -181,7 +218,9 @@ class VFLModule(L.LightningModule):
 
     # ----------------------------------------------------------------- logging
     def log_train_step(self, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
-        self.log("train/loss", loss.detach(), on_step=True, on_epoch=True, prog_bar=True)
+        loss = loss.detach()
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        self.log("train/loss_epoch", loss, on_step=False, on_epoch=True)
         metrics = self.train_metrics
         metrics.update(self.scores(logits.detach()), y)
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True)
@@ -208,7 +247,8 @@ class VFLModule(L.LightningModule):
 
     # ----------------------------------------------------------------- evaluation
     def server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor:
-        return self.mechanism.evaluate(self.embed(xs), generator=self.generator(stage))
+        fused = self.mechanism.evaluate(self.embed(xs), generator=self.generator(stage))
+        return self.server_fuse(fused, self.own_embedding(xs))
 
     def _eval_step(self, batch, stage: str) -> None:
         xs, y, _ = batch

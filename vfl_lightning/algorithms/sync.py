@@ -1,27 +1,44 @@
 """Synchronous first-order split training: algo=splitnn (concat) and algo=npq (sum), and every
-protocol that only swaps the mechanism (pbm, ldp)."""
+protocol that only swaps the mechanism (pbm, ldp). Its exchange round is reused by FedBCD."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from vfl_lightning.algorithms.base import VFLModule
 
 
+@dataclass
+class ExchangeRound:
+    """What one exchange left on each side: the server's ``fused`` input built from the messages
+    that arrived (detached), and the ``gradients`` each party received; with the round's loss."""
+
+    loss: torch.Tensor
+    logits: torch.Tensor
+    fused: torch.Tensor
+    gradients: list[torch.Tensor]
+
+
 class SyncVFL(VFLModule):
     """One communication round per batch.
 
-    Parties compute h_m and send ``mechanism.encode(h_m)``; the server fuses what arrived, runs
-    its head, back-propagates the loss to the fused input, and sends each party its gradient;
-    each party finishes its backward with h_m.backward(gradient=g_m) (all parties in one autograd
-    pass, see :meth:`VFLModule.backward_parties`); every optimizer steps.
+    Parties compute h_m and send ``mechanism.encode(h_m)``; the server fuses what arrived (joined
+    with its own fresh embedding when it is an active party), runs its head, back-propagates the
+    loss to the fused input, and sends each party its gradient; each party finishes its backward
+    with h_m.backward(gradient=g_m) (all parties in one autograd pass, see
+    :meth:`VFLModule.backward_parties`); every optimizer steps.
     """
 
-    def protocol_step(self, xs: Sequence[torch.Tensor], y: torch.Tensor):
-        """One round; returns (loss, logits). Separate from logging so benchmarks can time it."""
-        party_opts, server_opt = self.split_optimizers()
+    SUPPORTS_ACTIVE_PARTY = True
+
+    # ------------------------------------------------------------- the exchange, in pieces
+    def send_embeddings(
+        self, xs: Sequence[torch.Tensor]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Party side, then wire: (each party's h_m with its graph, the messages that arrived)."""
         embeddings = self.embed(xs)
         messages = self.mechanism.encode(
             [h.detach() for h in embeddings],
@@ -29,20 +46,51 @@ class SyncVFL(VFLModule):
             round=self.wire.ledger.rounds,
         )
         received = self.wire.uplink(messages, bits_per_element=self.mechanism.bits_per_element)
-        fused = self.mechanism.fuse(received).requires_grad_()
-        logits = self.head(fused)
-        loss = self.loss_fn(logits, y)
-        server_opt.zero_grad()
-        self.manual_backward(loss)
-        gradients = self.wire.downlink(self.mechanism.party_gradients(fused.grad, self.widths))
+        return embeddings, received
+
+    def server_loss(
+        self, fused: torch.Tensor, xs: Sequence[torch.Tensor], y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Server side: (loss, logits) of the head on ``fused`` joined with its own embedding."""
+        logits = self.head(self.server_fuse(fused, self.own_embedding(xs)))
+        return self.loss_fn(logits, y), logits
+
+    def send_gradients(self, fused_grad: torch.Tensor) -> list[torch.Tensor]:
+        """Server, then wire: each party's gradient dL/dh_m (straight through the mechanism)."""
+        return self.wire.downlink(self.mechanism.party_gradients(fused_grad, self.widths))
+
+    def update_parties(
+        self,
+        party_opts,
+        embeddings: Sequence[torch.Tensor],
+        gradients: Sequence[torch.Tensor],
+    ) -> None:
+        """Party side: h_m.backward(gradient=g_m) for every party, then every party steps."""
         for opt in party_opts:
             opt.zero_grad()
         self.backward_parties(embeddings, gradients)
         for opt in party_opts:
             self.step_party(opt)
+
+    def exchange_round(self, xs: Sequence[torch.Tensor], y: torch.Tensor) -> ExchangeRound:
+        """One synchronous round: embeddings up, gradients down, every side steps once."""
+        party_opts, server_opt = self.split_optimizers()
+        embeddings, received = self.send_embeddings(xs)
+        fused = self.mechanism.fuse(received).requires_grad_()
+        loss, logits = self.server_loss(fused, xs, y)
+        server_opt.zero_grad()
+        self.manual_backward(loss)
+        gradients = self.send_gradients(fused.grad)
+        self.update_parties(party_opts, embeddings, gradients)
         server_opt.step()
         self.wire.end_round()
-        return loss, logits
+        return ExchangeRound(loss, logits, fused.detach(), gradients)
+
+    # ------------------------------------------------------------- the protocol
+    def protocol_step(self, xs: Sequence[torch.Tensor], y: torch.Tensor):
+        """One round; returns (loss, logits). Separate from logging so benchmarks can time it."""
+        exchanged = self.exchange_round(xs, y)
+        return exchanged.loss, exchanged.logits
 
     def training_step(self, batch, batch_idx):
         xs, y, _ = batch

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from vfl_lightning.data.datasets import RawDataset, load_dataset
+from vfl_lightning.data.datasets import RawDataset, binary_view, load_dataset
 from vfl_lightning.data.partition import PartySlice, make_partition
 
 STAGES = ("train", "val", "test")
@@ -71,7 +71,14 @@ class EpochBatchSampler(Sampler[list[int]]):
 
 
 class VerticalDataModule(L.LightningDataModule):
-    """Loads ``name``, splits it (seeded, stratified), scales on train only, partitions it."""
+    """Loads ``name``, splits it (seeded, stratified), scales on train only, partitions it.
+
+    ``num_parties`` counts every feature holder. With ``active_party=True`` the label holder (the
+    server) also holds features: the last of the ``num_parties`` slices is the server's, so
+    ``party_shapes`` lists the other ``num_parties - 1`` (the parties on the wire) and
+    ``server_shape`` the server's own; batches still carry all ``num_parties`` slices, the server's
+    last. ``binary=True`` turns a multi-class dataset into a binary task (:func:`binary_view`).
+    """
 
     def __init__(
         self,
@@ -88,6 +95,8 @@ class VerticalDataModule(L.LightningDataModule):
         data_dir: str | None = None,
         options: dict | None = None,
         drop_last: bool = False,
+        active_party: bool = False,
+        binary: bool = False,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -98,6 +107,11 @@ class VerticalDataModule(L.LightningDataModule):
         if val_fraction + test_fraction >= 1.0:
             raise ValueError(
                 f"val_fraction + test_fraction must be < 1, got {val_fraction + test_fraction}"
+            )
+        if active_party and num_parties < 2:
+            raise ValueError(
+                "data.active_party=true needs data.num_parties >= 2 (the last slice is the "
+                f"server's, the others belong to the parties), got {num_parties}"
             )
         if scaling not in ("standard", "none"):
             raise ValueError(f"scaling must be 'standard' or 'none', got {scaling!r}")
@@ -114,6 +128,8 @@ class VerticalDataModule(L.LightningDataModule):
         self.data_dir = data_dir
         self.options = dict(options or {})
         self.drop_last = drop_last
+        self.active_party = bool(active_party)
+        self.binary = bool(binary)
         self.splits: dict[str, PartyTensors] = {}
         self.slices: list[PartySlice] = []
         self.num_classes: int = 0
@@ -124,21 +140,26 @@ class VerticalDataModule(L.LightningDataModule):
     # ``party_shapes`` and ``num_classes`` are known before the models are built.
     def prepare(self) -> None:
         raw = load_dataset(self.name, self.data_dir, **self.options)
+        if self.binary:
+            raw = binary_view(raw)
         self.raw_name = raw.name
         self.num_classes = raw.num_classes
         feature_shape = raw.x.shape[1:]
+        num_features = int(np.prod(feature_shape))
+        index = self._split_indices(raw)
+        x_train = raw.x[index["train"]]
         self.slices = make_partition(
             self.partition,
             feature_shape,
             self.num_parties,
             columns=self.columns,
             view_sizes=raw.view_sizes,
+            x_train=x_train,
+            y_train=raw.y[index["train"]],
         )
-        index = self._split_indices(raw)
-        x_train = raw.x[index["train"]]
         mean, std = self._scaling_stats(x_train, raw.is_image)
         for stage, rows in index.items():
-            flat = ((raw.x[rows] - mean) / std).reshape(len(rows), -1)
+            flat = ((raw.x[rows] - mean) / std).reshape(len(rows), num_features)
             xs = [
                 torch.from_numpy(np.ascontiguousarray(flat[:, s.index])).reshape(
                     len(rows), *s.shape
@@ -186,8 +207,14 @@ class VerticalDataModule(L.LightningDataModule):
 
     @property
     def party_shapes(self) -> list[tuple[int, ...]]:
-        """Input shape of one sample for each party."""
-        return [s.shape for s in self.slices]
+        """Input shape of one sample for each party on the wire (not the server's own slice)."""
+        wire_slices = self.slices[:-1] if self.active_party else self.slices
+        return [s.shape for s in wire_slices]
+
+    @property
+    def server_shape(self) -> tuple[int, ...] | None:
+        """Input shape of the server's own slice (``active_party=True``), else ``None``."""
+        return self.slices[-1].shape if self.active_party else None
 
     def _loader(self, stage: str) -> DataLoader:
         split = self.splits[stage]

@@ -84,10 +84,43 @@ def load_synthetic(
     return RawDataset("synthetic", x, y, n_classes)
 
 
+def binary_view(raw: RawDataset) -> RawDataset:
+    """The binary task of a multi-class dataset: label 1 for classes below ``num_classes // 2``,
+    0 for the rest (digits: 1 for 0-4, 0 for 5-9). Binary datasets are returned unchanged."""
+    if raw.num_classes == 2:
+        return raw
+    positive = (raw.y < raw.num_classes // 2).astype(np.int64)
+    return RawDataset(
+        raw.name,
+        raw.x,
+        positive,
+        2,
+        test_index=raw.test_index,
+        view_sizes=raw.view_sizes,
+        is_image=raw.is_image,
+        meta={**raw.meta, "binary_from_classes": raw.num_classes},
+    )
+
+
+# The papers' datasets live in their own modules, which import RawDataset from here.
+from vfl_lightning.data import images, tables  # noqa: E402
+
 LOADERS: dict[str, Callable[..., RawDataset]] = {
     "digits": load_digits,
     "breast_cancer": load_breast_cancer,
     "synthetic": load_synthetic,
+    "mnist": images.load_mnist,
+    "mnist_small": images.load_mnist_small,
+    "fashion_mnist": images.load_fashion_mnist,
+    "emnist": images.load_emnist,
+    "cifar10": images.load_cifar10,
+    "har": tables.load_har,
+    "phishing": tables.load_phishing,
+    "phishing_small": tables.load_phishing_small,
+    "credit_default": tables.load_credit_default,
+    "parkinson": tables.load_parkinson,
+    "parkinson_small": tables.load_parkinson_small,
+    "mfeat": tables.load_mfeat,
 }
 
 

@@ -30,6 +30,18 @@ def fuse_tensors(tensors: Sequence[torch.Tensor], fusion: str) -> torch.Tensor:
     return total / len(tensors) if fusion == "mean" else total
 
 
+def join_own_embedding(
+    fused: torch.Tensor, own: torch.Tensor, fusion: str, num_senders: int
+) -> torch.Tensor:
+    """The fusion of ``num_senders`` received embeddings extended by the server's own embedding
+    (an active label holder's features), as if it were one more party: sum, mean or concat."""
+    if fusion == "concat":
+        return torch.cat([fused, own], dim=-1)
+    if fusion == "mean":
+        return (fused * num_senders + own) / (num_senders + 1)
+    return fused + own
+
+
 def split_gradient(grad: torch.Tensor, fusion: str, widths: Sequence[int]) -> list[torch.Tensor]:
     """The gradient each party's embedding receives from dL/d(fused) under ``fusion``."""
     if fusion == "concat":

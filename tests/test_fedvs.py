@@ -1,0 +1,241 @@
+"""FedVS end to end: ledger sizes, lossless against Wait, faster on the simulated clock, baselines,
+stragglers past a deadline, resume, and every bad configuration."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+
+from vfl_lightning.algorithms.fedvs import StragglerShortfall
+from vfl_lightning.mechanisms.analytic_gaussian import analytic_gaussian_sigma
+from vfl_lightning.train import build, train
+
+DIGITS = ["experiment=fedvs_digits", "callbacks.checkpoint=null", "test=false"]
+CONFIG_ERRORS = (ValueError, InstantiationException)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: one thread avoids oversubscribing shared cores (10x faster here)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class ParameterSnapshots(L.Callback):
+    """All party and head parameters after every training round."""
+
+    def __init__(self) -> None:
+        self.rounds: list[torch.Tensor] = []
+
+    def on_train_batch_end(self, trainer, module, *args) -> None:
+        self.rounds.append(torch.cat([p.detach().flatten().clone() for p in module.parameters()]))
+
+
+def run(cfg, callbacks=()):
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule, module = build(cfg)
+    trainer = instantiate(
+        cfg.trainer, logger=False, enable_checkpointing=False, callbacks=list(callbacks)
+    )
+    trainer.fit(module, datamodule=datamodule)
+    return module, datamodule
+
+
+def test_ledger_counts_data_shares_once_and_model_shares_every_round(make_cfg):
+    rounds = 3
+    cfg = make_cfg(*DIGITS, f"trainer.max_steps={rounds}", "trainer.limit_val_batches=1")
+    module, datamodule = run(cfg)
+    N, K, h, bits = 8, 1, 16, 31
+    B = datamodule.per_segment_batch
+    S = len(datamodule.splits["train"]) // K
+    features = [p.num_power_features for p in module.parties]
+    assert features == [8 * 2 + 1] * N  # 8 pixels per strip, degree 2, bias
+    ledger = module.wire.ledger
+    for n in range(N):
+        data_share = (N - 1) * S * features[n] * bits
+        model_share = (N - 1) * features[n] * h * bits
+        assert ledger.bits["peer"][n] == data_share + rounds * model_share
+    R = module.codec.threshold
+    assert R == 3
+    assert ledger.total_bits("up") == rounds * R * B * h * bits
+    assert ledger.total_bits("down") == rounds * N * K * B * h * 32
+    assert ledger.rounds == rounds
+    assert module.wire.clock.now > 0
+
+
+def _snapshots(make_cfg, algo, l_x, l_w, steps=6):
+    cfg = make_cfg(
+        *DIGITS,
+        f"algo={algo}",
+        "party.degree=1",
+        "head=linear",
+        "~head.hidden",  # smooth in the embedding: no ReLU kink turns a tiny error into a jump
+        f"algo.l_x={l_x}",
+        f"algo.l_w={l_w}",
+        f"trainer.max_steps={steps}",
+        "trainer.limit_val_batches=0",
+    )
+    snapshots = ParameterSnapshots()
+    run(cfg, [snapshots])
+    return torch.stack(snapshots.rounds)
+
+
+def test_fedvs_is_lossless_against_wait_up_to_quantization(make_cfg):
+    wait = _snapshots(make_cfg, "fedvs_wait", 10, 10)
+    coarse = (_snapshots(make_cfg, "fedvs", 5, 5) - wait).abs().amax(1)
+    fine = (_snapshots(make_cfg, "fedvs", 10, 10) - wait).abs().amax(1)
+    moved = (wait - wait[:1]).abs().amax(1)
+    assert len(fine) == 6 and coarse.min() > 0
+    # Round by round the difference is a quantization effect: 5 more bits shrink it > 8x, and at
+    # 10 bits it is tiny next to how far the parameters move.
+    assert torch.all(fine < 2e-3), fine
+    assert fine.max() < coarse.max() / 8, (fine, coarse)
+    assert moved[-1] > 50 * fine.max()
+
+
+def test_fedvs_beats_wait_at_the_same_simulated_time(make_cfg):
+    accuracy = {}
+    for algo in ("fedvs", "fedvs_wait"):
+        cfg = make_cfg(*DIGITS, f"algo={algo}", "algo.max_simulated_s=60")
+        results = train(cfg)
+        assert results["time/simulated_s"] >= 60
+        accuracy[algo] = results["val/acc"]
+        curve = results["fedvs/val_curve"]
+        assert [t for _, t, _ in curve] == sorted(t for _, t, _ in curve)
+    assert accuracy["fedvs"] > accuracy["fedvs_wait"] + 0.2, accuracy
+
+
+class PartyRounds(L.Callback):
+    """Each party's weights and cumulative uplink bits after every round."""
+
+    def __init__(self) -> None:
+        self.weights: list[list[torch.Tensor]] = []
+        self.uplink: list[list[int]] = []
+
+    def on_train_batch_end(self, trainer, module, *args) -> None:
+        self.weights.append([p.weight.detach().clone() for p in module.parties])
+        self.uplink.append(list(module.wire.ledger.bits["up"]))
+
+
+def test_ignore_updates_only_the_clients_that_arrived(make_cfg):
+    rounds = 10
+    cfg = make_cfg(
+        *DIGITS, "algo=fedvs_ignore", f"trainer.max_steps={rounds}", "trainer.limit_val_batches=0"
+    )
+    record = PartyRounds()
+    module, _ = run(cfg, [record])
+    uploads = 0
+    for r in range(1, rounds):
+        for n in range(8):
+            uploaded = record.uplink[r][n] > record.uplink[r - 1][n]
+            changed = not torch.equal(record.weights[r][n], record.weights[r - 1][n])
+            assert uploaded == changed, (r, n)
+            uploads += uploaded
+    # The 4 fast clients always make it; the stragglers (means 2.5-4 s) often miss FedVS's wait.
+    assert 4 * (rounds - 1) <= uploads < 8 * (rounds - 1)
+
+
+def test_wait_dp_noise_is_calibrated(make_cfg):
+    cfg = make_cfg(*DIGITS, "algo=fedvs_wait_dp", "algo.dp_epsilon=2.0", "trainer.max_steps=1")
+    results = train(cfg)
+    sigma = analytic_gaussian_sigma(epsilon=2.0, delta=1e-5, sensitivity=2.0)
+    assert results["fedvs/dp_sigma"] == pytest.approx(sigma)
+    assert sigma > 1.0
+
+
+def test_shortfall_raises_or_waits(make_cfg):
+    deadline = ["algo.deadline_s=0.05", "trainer.max_steps=2", "trainer.limit_val_batches=0"]
+    with pytest.raises(
+        StragglerShortfall,
+        match=r"only \d of the R = 2\(K\+T-1\)\+1 = 3 coded embeddings arrived within "
+        r"algo.deadline_s = 0.05 s; set algo.on_shortfall=wait",
+    ):
+        train(make_cfg(*DIGITS, *deadline))
+    results = train(make_cfg(*DIGITS, *deadline, "algo.on_shortfall=wait"))
+    assert results["fedvs/shortfall_rounds"] == 2 == results["comm/rounds"]
+
+
+def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
+    common = [
+        *DIGITS[:1],
+        "test=false",
+        "trainer.limit_train_batches=4",
+        "trainer.limit_val_batches=1",
+    ]
+    straight = make_cfg(*common, "trainer.max_epochs=2")
+    train(straight)
+    first = make_cfg(*common, "trainer.max_epochs=1")
+    train(first)
+    checkpoint = Path(first.paths.output_dir) / "checkpoints" / "last.ckpt"
+    resumed = make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={checkpoint}")
+    train(resumed)
+    a = torch.load(
+        Path(straight.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False
+    )
+    b = torch.load(Path(resumed.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
+    for key in a["state_dict"]:
+        assert torch.equal(a["state_dict"][key], b["state_dict"][key]), key
+    assert a["vfl"]["wire"] == b["vfl"]["wire"]
+    assert a["fedvs"]["delays"] == b["fedvs"]["delays"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["algo.K=4"],
+            r"needs N >= 2\(K\+T-1\)\+1 = 9 clients for K=4, T=1, got N=8; lower K to at most 3",
+        ),
+        (["algo.T=4"], r"= 9 clients for K=1, T=4, got N=8; lower T below 4"),
+        (
+            ["party=mlp", "~party.degree"],
+            r"needs polynomial-network parties \(party=pn\), got MLPEncoder",
+        ),
+        (["mechanism.fusion=sum"], r"mechanism.fusion must be 'mean', got 'sum'"),
+        (
+            ["algo.on_shortfall=skip"],
+            r"algo.on_shortfall must be one of \('raise', 'wait'\), got 'skip'",
+        ),
+        (["algo.deadline_s=0"], r"algo.deadline_s must be > 0 or null, got 0"),
+        (["algo.strategy=fast"], r"algo.strategy must be one of"),
+        (["algo.prime=2147483649"], r"prime must be a prime number, got 2147483649"),
+        (["data.batch_size=63", "algo.K=2"], r"data.batch_size=63 must be a multiple of algo.K=2"),
+        (["algo=fedvs_wait_dp", "algo.dp_delta=0"], r"algo.dp_delta must be in \(0, 1\), got 0"),
+        (["algo=fedvs_wait_dp", "algo.dp_clip=0"], r"algo.dp_clip must be > 0, got 0"),
+    ],
+)
+def test_bad_configurations_are_refused_at_build(make_cfg, overrides, message):
+    with pytest.raises(CONFIG_ERRORS, match=message):
+        build(make_cfg(*DIGITS, *overrides))
+
+
+def test_bad_configurations_are_refused_before_training(make_cfg):
+    with pytest.raises(ValueError, match=r"lower algo.l_x from 20 to 1\d"):
+        train(make_cfg(*DIGITS, "algo.l_x=20", "trainer.max_steps=1"))
+    plain_data = ["data._target_=vfl_lightning.data.VerticalDataModule", "~data.segments"]
+    with pytest.raises(
+        ValueError, match=r"needs data._target_=vfl_lightning.data.segments.SegmentedDataModule"
+    ):
+        train(make_cfg(*DIGITS, *plain_data, "trainer.max_steps=1"))
+
+
+def test_simulated_time_of_a_round_follows_the_delay_model(make_cfg):
+    steps = ["trainer.max_steps=40", "trainer.limit_val_batches=0", "algo.max_simulated_s=null"]
+    fedvs, _ = run(make_cfg(*DIGITS, *steps))
+    wait, _ = run(make_cfg(*DIGITS, "algo=fedvs_wait", *steps))
+    assert fedvs.wire.ledger.rounds == wait.wire.ledger.rounds == 40
+    # Wait: the slowest of 4 stragglers with means 2.5..4 s (expected max ~ 6.4 s); FedVS: the
+    # model-sharing straggle (scale 9/64) plus the 3rd of 4 fast clients (~0.1-0.2 s).
+    per_round_wait = wait.wire.clock.now / 40
+    per_round_fedvs = (fedvs.wire.clock.now - fedvs.data_sharing_s) / 40
+    assert 4.0 < per_round_wait < 9.0
+    assert per_round_fedvs < per_round_wait / 3
+    assert math.isfinite(fedvs.data_sharing_s) and fedvs.data_sharing_s > 0

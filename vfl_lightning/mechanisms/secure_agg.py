@@ -1,0 +1,148 @@
+"""Secure aggregation by pairwise masking (Bonawitz et al. 2016, Protocol 0; PBM-VFL paper §2.3).
+
+The server receives only masked integers mod R; their sum mod R is exactly the sum of the secrets.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+RING_BITS_LIMIT = 62
+"""Largest ring 2^k we use: two residues < 2^62 add without leaving int64."""
+
+_GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+_MIX_1 = 0xBF58476D1CE4E5B9
+_MIX_2 = 0x94D049BB133111EB
+
+
+def _as_int64(value: int) -> int:
+    """The signed int64 with the same 64 bits as the unsigned ``value``."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _logical_shift_right(x: torch.Tensor, shift: int) -> torch.Tensor:
+    """Unsigned right shift on int64 (torch's ``>>`` is arithmetic: it copies the sign bit)."""
+    return (x >> shift) & ((1 << (64 - shift)) - 1)
+
+
+def _logical_shift_right_by(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
+    """Unsigned right shift of int64 ``x`` by a tensor of shifts in [0, 63] (broadcast)."""
+    keep = torch.where(shifts == 0, -1, (torch.ones_like(shifts) << (64 - shifts)) - 1)
+    return (x >> shifts) & keep
+
+
+def splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """The splitmix64 finalizer on int64 tensors (arithmetic wraps mod 2^64, as in C's uint64)."""
+    z = x + _as_int64(_GOLDEN_GAMMA)
+    z = (z ^ _logical_shift_right(z, 30)) * _as_int64(_MIX_1)
+    z = (z ^ _logical_shift_right(z, 27)) * _as_int64(_MIX_2)
+    return z ^ _logical_shift_right(z, 31)
+
+
+def splitmix64_int(x: int) -> int:
+    """The same finalizer on one Python integer (unsigned 64-bit result), for per-pair keys."""
+    mask = (1 << 64) - 1
+    z = (x + _GOLDEN_GAMMA) & mask
+    z = ((z ^ (z >> 30)) * _MIX_1) & mask
+    z = ((z ^ (z >> 27)) * _MIX_2) & mask
+    return z ^ (z >> 31)
+
+
+def ring_bits(num_parties: int, trials: int) -> int:
+    """⌈log2(M·b + 1)⌉: bits of the ring Z_R, R = 2^bits, that holds every sum of M values in [0, b]."""
+    if int(num_parties) < 1:
+        raise ValueError(f"num_parties must be >= 1, got {num_parties}")
+    if int(trials) < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    largest_sum = int(num_parties) * int(trials)
+    bits = largest_sum.bit_length()  # = ⌈log2(largest_sum + 1)⌉, exactly, for any size
+    if bits > RING_BITS_LIMIT:
+        raise ValueError(
+            f"num_parties * b = {largest_sum} needs a ring of 2^{bits}, which does not fit int64 "
+            f"arithmetic (at most 2^{RING_BITS_LIMIT}); lower b or the number of parties"
+        )
+    return bits
+
+
+class PairwiseMasking:
+    """Bonawitz Protocol 0 for M parties over Z_R, R = 2^``modulus_bits``.
+
+    Every pair (i < j) holds a seed that only i and j know (in a deployment from a key agreement;
+    here derived from ``seed`` with splitmix64, and never read by the server side). For round r the
+    pair expands (seed, r) with a counter-based PRG (splitmix64 of seed, round and element index)
+    into a fresh mask u_ij of the message's shape; party i adds u_ij and party j subtracts it, mod R.
+    The masks cancel in the sum, so Σ_m y_m = Σ_m q_m (mod R), and each y_m alone is uniform on
+    Z_R when M ≥ 2. With M = 1 there is no pair and the single message is sent unmasked.
+    All masks of a round come from one vectorized computation over (pair, element).
+    """
+
+    def __init__(self, num_parties: int, modulus_bits: int, seed: int = 0) -> None:
+        if int(num_parties) < 1:
+            raise ValueError(f"num_parties must be >= 1, got {num_parties}")
+        if not 1 <= int(modulus_bits) <= RING_BITS_LIMIT:
+            raise ValueError(f"modulus_bits must be in [1, {RING_BITS_LIMIT}], got {modulus_bits}")
+        self.num_parties = int(num_parties)
+        self.modulus_bits = int(modulus_bits)
+        self.modulus = 1 << self.modulus_bits
+        first, second = torch.triu_indices(self.num_parties, self.num_parties, offset=1)
+        self.adding_party = first
+        self.subtracting_party = second
+        setup_key = splitmix64_int(int(seed) & ((1 << 64) - 1))
+        self.pair_seeds = [
+            splitmix64_int(setup_key + (pair + 1) * _GOLDEN_GAMMA) for pair in range(first.numel())
+        ]
+
+    @property
+    def num_pairs(self) -> int:
+        return len(self.pair_seeds)
+
+    def stream_keys(self, round: int) -> list[int]:
+        """Each pair's PRG key for round ``round``: splitmix64(pair seed XOR splitmix64(round))."""
+        round_key = splitmix64_int(int(round) & ((1 << 64) - 1))
+        return [_as_int64(splitmix64_int(seed ^ round_key)) for seed in self.pair_seeds]
+
+    def pair_masks(
+        self, round: int, numel: int, device: torch.device | None = None
+    ) -> torch.Tensor:
+        """The masks u_ij of round ``round``: int64 in [0, R), shape (num_pairs, numel).
+
+        Word c of pair k's stream is splitmix64(key_k + (c+1)·γ); each 64-bit word is cut into
+        ⌊64 / log2 R⌋ disjoint fields of log2 R bits, one mask element per field.
+        """
+        per_word = 64 // self.modulus_bits
+        words = -(-numel // per_word)
+        keys = torch.tensor(self.stream_keys(round), dtype=torch.int64, device=device)
+        steps = torch.arange(1, words + 1, dtype=torch.int64, device=device) * _as_int64(
+            _GOLDEN_GAMMA
+        )
+        values = splitmix64(keys[:, None] + steps[None, :])
+        shifts = torch.arange(per_word, dtype=torch.int64, device=device) * self.modulus_bits
+        fields = _logical_shift_right_by(values[:, :, None], shifts) & (self.modulus - 1)
+        return fields.reshape(self.num_pairs, words * per_word)[:, :numel]
+
+    def party_masks(
+        self, round: int, shape: torch.Size | tuple[int, ...], device=None
+    ) -> torch.Tensor:
+        """Each party's net mask Σ_{j>m} u_mj − Σ_{i<m} u_im mod R: shape (M, *shape)."""
+        numel = math.prod(shape)
+        total = torch.zeros(self.num_parties, numel, dtype=torch.int64, device=device)
+        if self.num_pairs:
+            masks = self.pair_masks(round, numel, device)
+            total.index_add_(0, self.adding_party.to(device), masks)
+            total.index_add_(0, self.subtracting_party.to(device), -masks)
+        # int64 addition wraps mod 2^64 and R divides 2^64, so reducing at the end is exact.
+        return (total & (self.modulus - 1)).reshape(self.num_parties, *shape)
+
+    def mask(self, secrets: list[torch.Tensor], round: int) -> list[torch.Tensor]:
+        """Party side: y_m = q_m + mask_m mod R for every party's integer tensor q_m."""
+        if len(secrets) != self.num_parties:
+            raise ValueError(f"expected {self.num_parties} party tensors, got {len(secrets)}")
+        masks = self.party_masks(round, secrets[0].shape, secrets[0].device)
+        return [(q.to(torch.int64) + masks[m]) & (self.modulus - 1) for m, q in enumerate(secrets)]
+
+    def secure_sum(self, masked: list[torch.Tensor]) -> torch.Tensor:
+        """Server side: Σ_m y_m mod R, which equals Σ_m q_m when that sum is below R."""
+        return torch.stack(list(masked)).sum(0) & (self.modulus - 1)

@@ -1,0 +1,58 @@
+"""Polynomial-network party model of FedVS (eq. 1): h = sum_{i=1..D} x^i W^i, bias absorbed.
+
+The power features [x, x^2, ..., x^D, 1] are exposed separately so that FedVS can quantize and
+secret-share exactly what the model multiplies by its single weight matrix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+class PolynomialNetwork(nn.Module):
+    """FedVS eq. 1 with the bias absorbed as a constant-1 feature (the paper's footnote 1).
+
+    ``weight`` is one (D*d + 1) x ``embedding_dim`` matrix: rows i*d..(i+1)*d-1 are W^{i+1}, the
+    last row is the bias. Inputs of any shape are flattened to d features.
+    """
+
+    def __init__(
+        self, input_shape: Sequence[int], embedding_dim: int = 16, degree: int = 1
+    ) -> None:
+        super().__init__()
+        if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
+            raise ValueError(f"party.degree must be an integer >= 1, got {degree!r}")
+        if int(embedding_dim) < 1:
+            raise ValueError(f"embedding_dim must be >= 1, got {embedding_dim}")
+        self.input_shape = tuple(input_shape)
+        self.in_features = math.prod(self.input_shape)
+        self.degree = degree
+        self.embedding_dim = int(embedding_dim)
+        fan_in = degree * self.in_features + 1
+        self.weight = nn.Parameter(torch.empty(fan_in, self.embedding_dim))
+        bound = 1.0 / math.sqrt(fan_in)
+        nn.init.uniform_(self.weight, -bound, bound)
+
+    @property
+    def num_power_features(self) -> int:
+        return self.degree * self.in_features + 1
+
+    def power_features(self, x: torch.Tensor) -> torch.Tensor:
+        """(X^1, ..., X^D, 1) elementwise powers, concatenated (Algorithm 1 line 3)."""
+        flat = x.reshape(x.shape[0], -1)
+        powers = [flat]
+        for _ in range(1, self.degree):
+            powers.append(powers[-1] * flat)
+        powers.append(torch.ones_like(flat[:, :1]))
+        return torch.cat(powers, dim=1)
+
+    def embed(self, features: torch.Tensor) -> torch.Tensor:
+        """Eq. 1 on precomputed power features."""
+        return features @ self.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.embed(self.power_features(x))
