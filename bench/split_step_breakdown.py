@@ -22,7 +22,9 @@ from vfl_lightning.models import LinearHead, MLPEncoder
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--parties", type=int, default=4)
     parser.add_argument("--features", type=int, default=256)
     parser.add_argument("--batch", type=int, default=256)
