@@ -63,3 +63,29 @@ def fit(cfg: DictConfig):
     trainer = instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=[])
     trainer.fit(module, datamodule=datamodule)
     return trainer, module, datamodule
+
+
+def resume_against_straight(make_cfg, common, *, epochs: int, first: int):
+    """Train ``epochs`` epochs straight, and ``first`` epochs then resume to ``epochs``.
+
+    Returns (straight checkpoint, resumed checkpoint, resumed results), having asserted that the
+    two runs end with bit-identical parameters and wire state (ledger, clock).
+    """
+    from vfl_lightning.train import train
+
+    def last(cfg):
+        return Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+
+    straight = make_cfg(*common, f"trainer.max_epochs={epochs}")
+    train(straight)
+    head = make_cfg(*common, f"trainer.max_epochs={first}")
+    train(head)
+    resumed = make_cfg(*common, f"trainer.max_epochs={epochs}", f"ckpt_path={last(head)}")
+    results = train(resumed)
+    a = torch.load(last(straight), weights_only=False)
+    b = torch.load(last(resumed), weights_only=False)
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    for key, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][key]), key
+    assert a["vfl"]["wire"] == b["vfl"]["wire"]
+    return a, b, results

@@ -2,11 +2,11 @@
 client), the staleness table, learning (cascade beats zoo_vfl) and bad inputs."""
 
 from functools import partial
-from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
+from conftest import resume_against_straight
 from hydra.utils import instantiate
 
 from vfl_lightning.algorithms import HybridVFL
@@ -243,23 +243,7 @@ def test_resume_two_plus_two_epochs_equals_four_with_table_and_activations(make_
         "trainer.limit_val_batches=1",
         "test=false",
     ]
-    straight = make_cfg(*common, "trainer.max_epochs=4")
-    train(straight)
-    first = make_cfg(*common, "trainer.max_epochs=2")
-    train(first)
-    resumed = make_cfg(
-        *common,
-        "trainer.max_epochs=4",
-        f"ckpt_path={Path(first.paths.output_dir) / 'checkpoints' / 'last.ckpt'}",
-    )
-    train(resumed)
-    a, b = (
-        torch.load(Path(c.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
-        for c in (straight, resumed)
-    )
-    for key in a["state_dict"]:
-        assert torch.equal(a["state_dict"][key], b["state_dict"][key]), key
-    assert a["vfl"]["wire"] == b["vfl"]["wire"]
+    a, b, _ = resume_against_straight(make_cfg, common, epochs=4, first=2)
     assert a["async"]["activation"]["position"] == b["async"]["activation"]["position"] == 20
     assert torch.equal(a["async"]["table"]["written_at"], b["async"]["table"]["written_at"])
     for col_a, col_b in zip(a["async"]["table"]["columns"], b["async"]["table"]["columns"]):

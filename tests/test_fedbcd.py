@@ -6,7 +6,7 @@ import copy
 import lightning as L
 import pytest
 import torch
-from conftest import fit
+from conftest import fit, resume_against_straight
 from hydra.utils import instantiate
 
 from vfl_lightning.algorithms import FedBCD
@@ -294,10 +294,6 @@ def test_protocols_without_active_party_support_refuse_it():
 
 
 def test_resume_keeps_the_lr_schedule_and_the_rounds(make_cfg):
-    from pathlib import Path
-
-    from vfl_lightning.train import train
-
     common = [
         *ACTIVE_BC,
         "algo=fedbcd",
@@ -307,18 +303,5 @@ def test_resume_keeps_the_lr_schedule_and_the_rounds(make_cfg):
         "trainer.limit_val_batches=1",
         "test=false",
     ]
-    straight = make_cfg(*common, "trainer.max_epochs=2")
-    train(straight)
-    first = make_cfg(*common, "trainer.max_epochs=1")
-    train(first)
-    last = Path(first.paths.output_dir) / "checkpoints" / "last.ckpt"
-    resumed = make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={last}")
-    results = train(resumed)
+    _, _, results = resume_against_straight(make_cfg, common, epochs=2, first=1)
     assert results["comm/rounds"] == 8 and results["global_step"] == 24
-    a = torch.load(
-        Path(straight.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False
-    )
-    b = torch.load(Path(resumed.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
-    for key, value in a["state_dict"].items():
-        assert torch.equal(value, b["state_dict"][key]), key
-    assert a["vfl"]["wire"] == b["vfl"]["wire"]

@@ -4,11 +4,11 @@ stragglers past a deadline, resume, and every bad configuration."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
+from conftest import resume_against_straight
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
@@ -170,20 +170,7 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
         "trainer.limit_train_batches=4",
         "trainer.limit_val_batches=1",
     ]
-    straight = make_cfg(*common, "trainer.max_epochs=2")
-    train(straight)
-    first = make_cfg(*common, "trainer.max_epochs=1")
-    train(first)
-    checkpoint = Path(first.paths.output_dir) / "checkpoints" / "last.ckpt"
-    resumed = make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={checkpoint}")
-    train(resumed)
-    a = torch.load(
-        Path(straight.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False
-    )
-    b = torch.load(Path(resumed.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
-    for key in a["state_dict"]:
-        assert torch.equal(a["state_dict"][key], b["state_dict"][key]), key
-    assert a["vfl"]["wire"] == b["vfl"]["wire"]
+    a, b, _ = resume_against_straight(make_cfg, common, epochs=2, first=1)
     assert a["fedvs"]["delays"] == b["fedvs"]["delays"]
 
 

@@ -9,8 +9,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-import torch
-from conftest import CONF_DIR, compose_config
+from conftest import CONF_DIR, compose_config, resume_against_straight
 
 from vfl_lightning.train import train
 
@@ -47,30 +46,10 @@ def test_digits_reaches_90_percent_within_30_epochs(make_cfg, algo):
     assert results["epochs"] == results["epoch_to_target"] + 1  # stopped once reached
 
 
-def _parameters(path):
-    state = torch.load(path, weights_only=False)
-    return state["state_dict"], state["vfl"]["wire"]
-
-
 def test_resume_two_plus_two_epochs_equals_four(make_cfg):
     common = ["trainer.limit_train_batches=12", "trainer.limit_val_batches=1", "test=false"]
-    straight = make_cfg(*common, "trainer.max_epochs=4")
-    train(straight)
-    first = make_cfg(*common, "trainer.max_epochs=2")
-    train(first)
-    resumed = make_cfg(
-        *common,
-        "trainer.max_epochs=4",
-        f"ckpt_path={Path(first.paths.output_dir) / 'checkpoints' / 'last.ckpt'}",
-    )
-    train(resumed)
-    a_params, a_wire = _parameters(Path(straight.paths.output_dir) / "checkpoints" / "last.ckpt")
-    b_params, b_wire = _parameters(Path(resumed.paths.output_dir) / "checkpoints" / "last.ckpt")
-    assert a_params.keys() == b_params.keys()
-    for key in a_params:
-        assert torch.equal(a_params[key], b_params[key]), key
-    assert a_wire == b_wire
-    assert a_wire["ledger"]["rounds"] == 4 * 12
+    straight, _, _ = resume_against_straight(make_cfg, common, epochs=4, first=2)
+    assert straight["vfl"]["wire"]["ledger"]["rounds"] == 4 * 12
 
 
 def _run(args, cwd, timeout=240):
