@@ -115,9 +115,10 @@ def train(cfg: DictConfig) -> dict:
         )
         if checkpoint is not None and checkpoint.last_model_path:
             results["checkpoint"] = checkpoint.last_model_path
-        with open(output_dir / "results.json", "w") as f:
-            json.dump(results, f, indent=2, sort_keys=True)
-        log.info("results: %s", output_dir / "results.json")
+        if trainer.is_global_zero:  # with trainer=ddp every rank holds the same totals
+            with open(output_dir / "results.json", "w") as f:
+                json.dump(results, f, indent=2, sort_keys=True)
+            log.info("results: %s", output_dir / "results.json")
         return results
     finally:
         _finish_wandb()

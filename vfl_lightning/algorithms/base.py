@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import (
@@ -23,6 +24,7 @@ from torchmetrics.classification import (
 )
 
 from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
+from vfl_lightning.parallel import FederationDDPStrategy, RowShares
 from vfl_lightning.wire import SimulatedClock, Wire
 from vfl_lightning.wire.clock import DelayModel
 
@@ -31,13 +33,18 @@ EVAL_STAGES = ("val", "test")
 
 
 def make_metrics(num_classes: int, stage: str) -> MetricCollection:
-    """Accuracy for every task; AUROC and AUPRC (average precision) too for binary eval stages."""
+    """Accuracy for every task; AUROC and AUPRC (average precision) too for binary eval stages.
+
+    Not synchronized across processes: with ``trainer=ddp`` every rank scores the whole global
+    batch (see :class:`~vfl_lightning.parallel.RowShares`), so its metrics are already complete.
+    """
+    local = {"sync_on_compute": False}
     if num_classes == 2:
-        metrics = {"acc": BinaryAccuracy()}
+        metrics = {"acc": BinaryAccuracy(**local)}
         if stage != "train":
-            metrics |= {"auroc": BinaryAUROC(), "auprc": BinaryAveragePrecision()}
+            metrics |= {"auroc": BinaryAUROC(**local), "auprc": BinaryAveragePrecision(**local)}
     else:
-        metrics = {"acc": MulticlassAccuracy(num_classes=num_classes, average="micro")}
+        metrics = {"acc": MulticlassAccuracy(num_classes=num_classes, average="micro", **local)}
     return MetricCollection(metrics, prefix=f"{stage}/")
 
 
@@ -52,9 +59,15 @@ class VFLModule(L.LightningModule):
     the last slice of every batch, and that fresh embedding joins the fusion at the server
     (:meth:`server_fuse`) without crossing the wire; the server optimizer steps it with the head.
     Protocols that handle it set ``SUPPORTS_ACTIVE_PARTY``.
+
+    Data parallelism (``trainer=ddp``, protocols with ``DATA_PARALLEL``): ``self.rows`` says which
+    rows of every global batch this rank's parties embed; :meth:`embed` gathers the embeddings of
+    all ranks, so the server side runs on the global batch, and :meth:`backward_parties` sums the
+    party gradients across ranks (:class:`~vfl_lightning.parallel.RowShares`).
     """
 
     SUPPORTS_ACTIVE_PARTY = False
+    DATA_PARALLEL = False
 
     def __init__(
         self,
@@ -105,6 +118,7 @@ class VFLModule(L.LightningModule):
         self.test_metrics = make_metrics(self.num_classes, "test")
         self._generators: dict[str, torch.Generator] = {}
         self._pending_generator_state: torch.Tensor | None = None
+        self.rows = RowShares()
 
     @property
     def num_parties(self) -> int:
@@ -136,10 +150,18 @@ class VFLModule(L.LightningModule):
         (d<h, g>/dh = g bit for bit), at the cost of one autograd pass instead of M. Parties whose
         gradient is ``None`` are skipped. The gradient g_m arrived over the wire as plain values,
         so this pass is plain autograd: no loss scaling applies to it (see ``check_precision``).
+        Data-parallel ranks each hold their rows' part of the party gradients; they are summed
+        across ranks here, before any party optimizer steps.
         """
         terms = [(h * g).sum() for h, g in zip(embeddings, gradients, strict=True) if g is not None]
         if terms:
             torch.autograd.backward(torch.stack(terms).sum())
+            self.rows.sum_gradients(self.parties.parameters())
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Only the server optimizer steps through Lightning (module docstring), so this runs
+        before every server update: data-parallel ranks take rank 0's server gradient."""
+        self.rows.broadcast_gradients(self.server_parameters())
 
     @staticmethod
     def step_party(optimizer) -> None:
@@ -150,6 +172,30 @@ class VFLModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         self.check_precision(str(self.trainer.precision))
+        self.rows = self.data_parallel_rows()
+
+    def data_parallel_rows(self) -> RowShares:
+        """This rank's :class:`RowShares` under ``trainer=ddp``; refuse any other multi-process
+        strategy, and data parallelism for protocols that cannot split their batches."""
+        trainer = self.trainer
+        strategy = trainer.strategy
+        if trainer.world_size == 1 and not isinstance(strategy, DDPStrategy):
+            return RowShares()
+        if not self.DATA_PARALLEL:
+            raise ValueError(
+                f"algo={self.name} cannot run data-parallel (trainer.devices x num_nodes = "
+                f"{trainer.world_size}, strategy {type(strategy).__name__}): its protocol state is "
+                "not a function of each batch's rows; only the synchronous family (splitnn, npq, "
+                "pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd) supports trainer=ddp. Use "
+                "trainer.devices=1 without a DDP strategy"
+            )
+        if not isinstance(strategy, FederationDDPStrategy):
+            raise ValueError(
+                f"strategy {type(strategy).__name__} with {trainer.world_size} process(es) would "
+                "not reduce the party gradients (their backward bypasses DistributedDataParallel): "
+                "use trainer=ddp (vfl_lightning.parallel.FederationDDPStrategy)"
+            )
+        return RowShares(trainer.world_size, trainer.global_rank)
 
     @classmethod
     def check_precision(cls, precision: str) -> None:
@@ -189,9 +235,14 @@ class VFLModule(L.LightningModule):
 
     # ----------------------------------------------------------------- forward
     def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Each party's embedding of its slice: h_m = party_m(x_m) (not the server's own slice)."""
+        """Each party's embedding of its slice: h_m = party_m(x_m) (not the server's own slice).
+
+        Data-parallel: each rank's parties embed the rank's rows, and the result is gathered into
+        the global batch (gradients flow back to the rank's own rows)."""
         wire_xs = xs[:-1] if self.server_party is not None else xs
-        return [party(x) for party, x in zip(self.parties, wire_xs, strict=True)]
+        shares = self.rows.take(wire_xs)
+        local = [party(x) for party, x in zip(self.parties, shares, strict=True)]
+        return self.rows.gather(local, int(wire_xs[0].shape[0]))
 
     def own_embedding(self, xs: Sequence[torch.Tensor]) -> torch.Tensor | None:
         """The active server's fresh embedding of its own (last) slice, or ``None``."""
