@@ -115,7 +115,7 @@ def test_gather_and_gradient_sum_equal_the_one_process_step(world_size, rows):
 
 def _fit_in_threads(make_cfg, world_size: int, *overrides: str):
     """Fit the configured protocol once per rank, ranks as threads over an in-process gloo group;
-    returns each rank's (module, final metrics). Configs and models are built before the threads start (Hydra's
+    returns each rank's (module, final metrics and callback results). Configs and models are built before the threads start (Hydra's
     compose and the global seed are process-wide)."""
     import lightning as L
     from hydra.utils import instantiate
@@ -127,17 +127,22 @@ def _fit_in_threads(make_cfg, world_size: int, *overrides: str):
     for _ in range(world_size):
         L.seed_everything(cfg.seed, verbose=False)
         built.append(build(cfg))
-    trainers = [
-        instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=[])
-        for _ in range(world_size)
-    ]
+    trainers = []
+    for _ in range(world_size):
+        callbacks = [instantiate(c) for k, c in cfg.callbacks.items() if k != "checkpoint"]
+        trainers.append(
+            instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=callbacks)
+        )
 
     def work(rows: RowShares):
         datamodule, module = built[rows.rank]
         module.data_parallel_rows = lambda: rows
         trainer = trainers[rows.rank]
         trainer.fit(module, datamodule=datamodule)
-        return module, {k: float(v) for k, v in trainer.callback_metrics.items()}
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        for callback in trainer.callbacks:
+            metrics |= callback.results() if hasattr(callback, "results") else {}
+        return module, metrics
 
     return run_ranks(world_size, work)
 
@@ -145,7 +150,7 @@ def _fit_in_threads(make_cfg, world_size: int, *overrides: str):
 @pytest.mark.parametrize(
     "protocol",
     [
-        ["algo=npq"],
+        ["algo=npq", "attack=label_inference"],
         ["algo=pbm"],
         ["algo=ldp"],
         ["algo=splitnn", "data.active_party=true"],
@@ -159,8 +164,8 @@ def test_two_ranks_train_the_one_process_model(make_cfg, protocol):
     ranks equals one process on the same global batches: parameters to float32 summation order
     (each rank sums its rows' part of a party gradient, the all-reduce adds the parts), and the
     ledger, clock and mechanism state (PBM masks and noise included) exactly; validation (shares
-    of every eval batch, metrics of the whole batch on every rank) to the same rounding. 45 rows:
-    uneven shares."""
+    of every eval batch, metrics of the whole batch on every rank), the privacy accountant and the
+    label-inference attack to the same rounding. 45 rows: uneven shares."""
     overrides = (
         *protocol,
         "trainer.max_steps=6",
@@ -169,8 +174,13 @@ def test_two_ranks_train_the_one_process_model(make_cfg, protocol):
     )
     ((single, single_metrics),) = _fit_in_threads(make_cfg, 1, *overrides)
     assert "val/acc" in single_metrics
+    assert "privacy/sample_eps" in single_metrics or "pbm" not in protocol[0]
+    assert single_metrics.get("attack/observed_samples", 270) == 270
     for module, metrics in _fit_in_threads(make_cfg, 2, *overrides):
-        assert metrics == pytest.approx(single_metrics, rel=1e-5)
+        assert metrics.keys() == single_metrics.keys()
+        for key, value in single_metrics.items():
+            numeric = isinstance(value, float)
+            assert metrics[key] == (pytest.approx(value, rel=1e-5) if numeric else value), key
         assert module.rows.world_size == 2
         assert module.wire.state_dict() == single.wire.state_dict()
         assert module.wire.ledger.rounds == single.wire.ledger.rounds > 0
@@ -252,7 +262,8 @@ def test_cli_ddp_on_two_gloo_processes_equals_one_process(make_cfg, tmp_path, al
             assert got[key] == pytest.approx(value, rel=1e-5), key
         else:
             assert got[key] == value, key
-    assert sorted(p.name for p in run_dir.glob("*.json")) == ["results.json"]
+    assert "results:" in (run_dir / "train.log").read_text()  # rank 0 wrote results.json
+    assert (run_dir / "train_ddp_process_1.log").read_text() == ""  # rank 1 did not
     a = torch.load(Path(single.paths.output_dir) / "checkpoints/last.ckpt", weights_only=False)
     b = torch.load(run_dir / "checkpoints/last.ckpt", weights_only=False)
     assert a["vfl"]["wire"] == b["vfl"]["wire"]
