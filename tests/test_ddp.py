@@ -223,6 +223,12 @@ def test_other_multi_process_strategies_are_refused(make_cfg):
     assert (rows.world_size, rows.rank) == (2, 1)
 
 
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_workers_that_do_not_run_the_script_are_refused(start_method):
+    with pytest.raises(ValueError, match=f"got start_method='{start_method}'"):
+        FederationDDPStrategy(start_method=start_method)
+
+
 def test_distributed_sampler_is_refused():
     from torch.utils.data import DataLoader, DistributedSampler
 

@@ -28,6 +28,16 @@ class FederationDDPStrategy(DDPStrategy):
     results.json (:func:`vfl_lightning.train.train`).
     """
 
+    def __init__(self, *, start_method: str = "popen", **kwargs) -> None:
+        if start_method != "popen":
+            raise ValueError(
+                "trainer=ddp runs the whole script once per rank (strategy.start_method=popen, "
+                f"or an external launcher such as torchrun), got start_method={start_method!r}: "
+                "with spawn/fork the parent process would write results.json without the wire, "
+                "accountant and attack state of the workers"
+            )
+        super().__init__(start_method=start_method, **kwargs)
+
     def setup(self, trainer) -> None:
         # Every value the module logs is computed from the global batch on every rank: there is
         # nothing to reduce, so Lightning's advice to log with sync_dist=True does not apply.
