@@ -195,9 +195,12 @@ def _fake_trainer(strategy, world_size: int):
     return SimpleNamespace(strategy=strategy, world_size=world_size, global_rank=world_size - 1)
 
 
-@pytest.mark.parametrize("algo", ["cascade", "zoo_vfl", "syn_zoo_vfl", "vafl", "fedvs"])
-@pytest.mark.parametrize("world_size", [1, 2])
+@pytest.mark.parametrize(
+    ("algo", "world_size"),
+    [("cascade", 1), ("cascade", 2), ("zoo_vfl", 2), ("syn_zoo_vfl", 2), ("vafl", 2), ("fedvs", 2)],
+)
 def test_protocols_that_cannot_split_batches_refuse_ddp(make_cfg, algo, world_size):
+    """Refused on several ranks, and under the DDP strategy even on one."""
     from vfl_lightning.train import build
 
     overrides = ["experiment=fedvs_digits"] if algo == "fedvs" else [f"algo={algo}"]
