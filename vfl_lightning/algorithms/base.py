@@ -183,9 +183,11 @@ class VFLModule(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._restart_eval_generator("val")
+        self.mechanism.begin_evaluation(self.release_stream("val"), self.wire.ledger.rounds)
 
     def on_test_epoch_start(self) -> None:
         self._restart_eval_generator("test")
+        self.mechanism.begin_evaluation("test", self.wire.ledger.rounds)
 
     # ----------------------------------------------------------------- forward
     def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -204,9 +206,9 @@ class VFLModule(L.LightningModule):
         return join_own_embedding(fused, own, self.mechanism.fusion, self.num_parties)
 
     def forward(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Logits as the deployed protocol computes them (mechanism applied per ``apply_at_eval``)."""
-        stage = "val" if not self.training else "train"
-        return self.head(self.server_input(xs, stage))
+        """Logits as the deployed protocol computes them (mechanism applied per ``apply_at_eval``,
+        on the ``predict`` release stream)."""
+        return self.head(self.server_input(xs, "predict"))
 
     @staticmethod
     def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -246,8 +248,18 @@ class VFLModule(L.LightningModule):
         return out
 
     # ----------------------------------------------------------------- evaluation
+    def release_stream(self, stage: str) -> str:
+        """The mechanism's release stream of an evaluation ``stage``: the sanity check's
+        validation batches get their own (``sanity``), so they never share masks with ``val``."""
+        trainer = self._trainer
+        if stage == "val" and trainer is not None and trainer.sanity_checking:
+            return "sanity"
+        return stage
+
     def server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor:
-        fused = self.mechanism.evaluate(self.embed(xs), generator=self.generator(stage))
+        fused = self.mechanism.evaluate(
+            self.embed(xs), generator=self.generator(stage), stream=self.release_stream(stage)
+        )
         return self.server_fuse(fused, self.own_embedding(xs))
 
     def _eval_step(self, batch, stage: str) -> None:

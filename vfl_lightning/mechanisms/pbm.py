@@ -125,10 +125,15 @@ class PBM(Mechanism):
     def fuse(self, messages: Sequence[torch.Tensor]) -> torch.Tensor:
         return self.dequantize(self.masking.secure_sum(list(messages)))
 
-    def state_dict(self) -> dict:
+    def parameters_state(self) -> dict:
         return {"b": self.b, "beta": self.beta, "C": self.C, "num_parties": self.num_parties}
 
+    def state_dict(self) -> dict:
+        return self.parameters_state() | super().state_dict()
+
     def load_state_dict(self, state: dict) -> None:
-        mine = self.state_dict()
-        if state != mine:
-            raise ValueError(f"checkpoint was written by PBM {state}, this run uses PBM {mine}")
+        mine = self.parameters_state()
+        theirs = {key: state.get(key) for key in mine}
+        if theirs != mine:
+            raise ValueError(f"checkpoint was written by PBM {theirs}, this run uses PBM {mine}")
+        super().load_state_dict(state)
