@@ -22,6 +22,7 @@ from torchmetrics.classification import (
     MulticlassAccuracy,
 )
 
+from vfl_lightning.errors import NonFiniteLoss
 from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
 from vfl_lightning.wire import SimulatedClock, Wire
 from vfl_lightning.wire.clock import DelayModel
@@ -105,6 +106,8 @@ class VFLModule(L.LightningModule):
         self.test_metrics = make_metrics(self.num_classes, "test")
         self._generators: dict[str, torch.Generator] = {}
         self._pending_generator_state: torch.Tensor | None = None
+        self._first_bad_round: torch.Tensor | None = None
+        self.run_config: dict | None = None
 
     @property
     def num_parties(self) -> int:
@@ -247,6 +250,39 @@ class VFLModule(L.LightningModule):
         out["comm/peer_mb"] = self.wire.ledger.megabytes("peer")
         return out
 
+    # ----------------------------------------------------------------- non-finite values
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        """Record the first round with a non-finite loss on the device (no host sync per step);
+        check it every ``log_every_n_steps`` server updates (and before every checkpoint)."""
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            if self._first_bad_round is None:
+                self._first_bad_round = torch.full((), -1, dtype=torch.int64, device=loss.device)
+            bad = ~torch.isfinite(loss.detach()).all() & (self._first_bad_round < 0)
+            self._first_bad_round = torch.where(
+                bad, self.wire.ledger.rounds - 1, self._first_bad_round
+            )
+        if self.trainer.global_step % max(1, self.trainer.log_every_n_steps) == 0:
+            self.check_finite()
+
+    def check_finite(self) -> None:
+        """Raise :class:`NonFiniteLoss` naming the round if a loss or a parameter is non-finite."""
+        bad_round = -1 if self._first_bad_round is None else int(self._first_bad_round)
+        what = "the training loss"
+        if bad_round < 0:
+            finite = torch.stack([torch.isfinite(p).all() for p in self.parameters()]).all()
+            if bool(finite):
+                return
+            bad_round, what = self.wire.ledger.rounds - 1, "a model parameter"
+        lr = ""
+        if self._trainer is not None and self.trainer.optimizers:
+            lr = f" (optimizer.lr={self.trainer.optimizers[-1].param_groups[0]['lr']:g})"
+        raise NonFiniteLoss(
+            f"training stopped: {what} became non-finite at round {bad_round}; the likely cause "
+            f"is a learning rate{lr} too large for this model; the last checkpoint written "
+            "before it is kept"
+        )
+
     # ----------------------------------------------------------------- evaluation
     def release_stream(self, stage: str) -> str:
         """The mechanism's release stream of an evaluation ``stage``: the sanity check's
@@ -284,6 +320,7 @@ class VFLModule(L.LightningModule):
             "mechanism": self.mechanism.state_dict(),
             "train_generator": None if train_gen is None else train_gen.get_state(),
             "torch_rng": torch.get_rng_state(),
+            "config": self.run_config,
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
