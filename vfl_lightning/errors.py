@@ -4,6 +4,7 @@ instead of a traceback, and the exit code it uses (2: bad configuration, 1: the 
 from __future__ import annotations
 
 from hydra.errors import HydraException, InstantiationException
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf.errors import OmegaConfBaseException
 
 
@@ -22,9 +23,10 @@ CONFIG_ERRORS = (
     OSError,
     HydraException,
     OmegaConfBaseException,
+    MisconfigurationException,
 )
-"""Raised by validators, by a config that combines options a class does not take, by Hydra and
-OmegaConf, and by unreadable or unwritable paths: exit code 2."""
+"""Raised by validators, by a config that combines options a class does not take, by Hydra,
+OmegaConf and Lightning's Trainer arguments, and by unreadable or unwritable paths: exit 2."""
 
 
 def run_errors() -> tuple[type[BaseException], ...]:

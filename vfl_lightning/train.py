@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -13,12 +15,12 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint
-from vfl_lightning.errors import ConfigError, error_summary
+from vfl_lightning.errors import ConfigError, error_summary, root_cause
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +32,41 @@ def _hydra_choices() -> dict:
         return {}
 
 
+def _complete(cfg: DictConfig, group: str, **runtime):
+    """Instantiate the partial config ``cfg[group]`` with the runtime sizes; an option the chosen
+    class does not take (set for another choice by an algo, experiment or attack config) becomes
+    one ConfigError naming it."""
+    factory = instantiate(cfg[group])
+    try:
+        return factory(**runtime)
+    except TypeError as error:
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(error))
+        if unknown is None:
+            raise
+        choices = _hydra_choices()
+        chosen = ", ".join(
+            f"{g}={choices[g]}" for g in ("algo", "experiment", "attack") if choices.get(g)
+        )
+        raise ConfigError(
+            f"{group}={choices.get(group, cfg[group].get('_target_'))} has no option "
+            f"{group}.{unknown.group(1)}, which the chosen configs set ({chosen}): this "
+            f"combination is not supported; choose another {group} or drop the option with "
+            f"~{group}.{unknown.group(1)}"
+        ) from error
+
+
 def build(cfg: DictConfig):
     """Instantiate (datamodule, module) from ``cfg``; runtime sizes are passed at instantiation."""
+    get_class(cfg.algo._target_).check_party_class(get_class(cfg.party._target_), cfg.algo.name)
     datamodule = instantiate(cfg.data)
     num_parties = len(datamodule.party_shapes)
-    parties = [instantiate(cfg.party)(input_shape=shape) for shape in datamodule.party_shapes]
+    parties = [_complete(cfg, "party", input_shape=shape) for shape in datamodule.party_shapes]
     # An active label holder (data.active_party=true) gets its own party model for its own slice.
     server_shape = getattr(datamodule, "server_shape", None)
     server_party = (
-        None if server_shape is None else instantiate(cfg.party)(input_shape=server_shape)
+        None if server_shape is None else _complete(cfg, "party", input_shape=server_shape)
     )
-    mechanism = instantiate(cfg.mechanism)(num_parties=num_parties)
+    mechanism = _complete(cfg, "mechanism", num_parties=num_parties)
     widths = [p.embedding_dim for p in parties]
     if server_party is not None:
         widths.append(server_party.embedding_dim)
@@ -170,6 +196,21 @@ def write_results(path: Path, results: dict) -> None:
     temporary.replace(path)
 
 
+def _with_path_context(build_fn, cfg: DictConfig):
+    """``build_fn(cfg)``, with a filesystem error under ``paths.data_dir`` named as that key."""
+    try:
+        return build_fn(cfg)
+    except Exception as error:
+        cause = root_cause(error)
+        data_dir = str(cfg.paths.get("data_dir", ""))
+        if isinstance(cause, OSError) and str(cause.filename or "").startswith(data_dir or "\0"):
+            raise ConfigError(
+                f"paths.data_dir={data_dir} cannot be used: {cause.strerror or cause} "
+                f"({cause.filename})"
+            ) from error
+        raise
+
+
 def train(cfg: DictConfig) -> dict:
     """Train and test the configured protocol; return (and write) the results dictionary.
 
@@ -188,6 +229,8 @@ def train(cfg: DictConfig) -> dict:
             raise ConfigError(
                 f"paths.output_dir={output_dir} cannot be created: {error}"
             ) from error
+        if not os.access(output_dir, os.W_OK):
+            raise ConfigError(f"paths.output_dir={output_dir} is not writable")
         check_run_config(cfg)
         if cfg.get("torch_threads"):
             torch.set_num_threads(int(cfg.torch_threads))
@@ -196,7 +239,7 @@ def train(cfg: DictConfig) -> dict:
         ckpt_path = cfg.get("ckpt_path")
         if ckpt_path is not None:
             check_resume_config(load_resume_checkpoint(str(ckpt_path)), config, str(ckpt_path))
-        datamodule, module = build(cfg)
+        datamodule, module = _with_path_context(build, cfg)
         module.run_config = config
         callbacks = _callbacks(cfg)
         loggers = _loggers(cfg)
@@ -251,7 +294,7 @@ def train(cfg: DictConfig) -> dict:
         raise
     finally:
         results["time/wall_s"] = time.perf_counter() - started
-        if output_dir.is_dir():
+        if output_dir.is_dir() and os.access(output_dir, os.W_OK):
             write_results(output_dir / "results.json", results)
             log.info("results: %s", output_dir / "results.json")
         _finish_wandb(0 if results["status"] == "finished" else 1)

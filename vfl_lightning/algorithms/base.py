@@ -109,6 +109,11 @@ class VFLModule(L.LightningModule):
         self._first_bad_round: torch.Tensor | None = None
         self.run_config: dict | None = None
 
+    @classmethod
+    def check_party_class(cls, party_class: type, name: str) -> None:
+        """Refuse, before anything is built, a party model this protocol cannot run (``name``:
+        the algo name for the message). Every party model is fine by default."""
+
     @property
     def num_parties(self) -> int:
         return len(self.parties)

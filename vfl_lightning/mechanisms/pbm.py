@@ -22,7 +22,7 @@ def check_pbm_parameters(b, beta, C) -> tuple[int, float, float]:
         raise ValueError(f"b must be an integer >= 1, got {b!r}")
     beta = float(beta)
     if not 0.0 <= beta <= 0.25:
-        raise ValueError(f"beta must be in [0, 0.25], got {beta}")
+        raise ValueError(f"beta must be in (0, 0.25] for PBM, got {beta}")
     if beta == 0.0:
         raise ValueError(
             "beta must be in (0, 0.25] for PBM, got 0: beta = 0 makes p = 1/2 for every input, so "
