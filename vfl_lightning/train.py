@@ -255,7 +255,7 @@ def train(cfg: DictConfig) -> dict:
         module.check_finite()
         fit_metrics = {k: _scalar(v) for k, v in trainer.callback_metrics.items()}
         test_metrics = {}
-        if cfg.get("test", True) and not trainer.fast_dev_run and not trainer.interrupted:
+        if cfg.get("test", True) and not trainer.fast_dev_run:
             for row in trainer.test(module, datamodule=datamodule, verbose=False):
                 test_metrics |= {k: _scalar(v) for k, v in row.items()}
         choices = _hydra_choices()
@@ -280,11 +280,12 @@ def train(cfg: DictConfig) -> dict:
         checkpoint = next((c for c in callbacks if isinstance(c, LastCheckpoint)), None)
         if checkpoint is not None and checkpoint.last_model_path:
             results["checkpoint"] = checkpoint.last_model_path
-        results["status"] = "interrupted" if trainer.interrupted else "finished"
+        results["status"] = "finished"
         return results
     except BaseException as error:
+        # Lightning turns Ctrl-C into sys.exit(1) raised while handling the KeyboardInterrupt.
         interrupted = isinstance(error, KeyboardInterrupt) or (
-            trainer is not None and trainer.interrupted
+            isinstance(error, SystemExit) and isinstance(error.__context__, KeyboardInterrupt)
         )
         results["status"] = "interrupted" if interrupted else "failed"
         if trainer is not None:
