@@ -44,7 +44,8 @@ def compose_config(output_dir: Path, *overrides: str) -> DictConfig:
 
 class StopAt(L.Callback):
     """Stops a run before batch ``batch`` of epoch ``epoch``: ``how`` = ``error`` (an exception),
-    ``interrupt`` (Ctrl-C) or ``kill`` (SIGKILL to this process: kill -9, no cleanup at all).
+    ``interrupt`` (Ctrl-C), ``kill`` (SIGKILL to this process: kill -9, no cleanup at all) or
+    ``poison`` (a NaN head weight, so training itself must notice and stop).
     Used as ``+callbacks.stop._target_=conftest.StopAt`` (subprocesses add tests/ to the path)."""
 
     def __init__(self, epoch: int, batch: int, how: str = "error") -> None:
@@ -57,6 +58,10 @@ class StopAt(L.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
         if self.how == "interrupt":
             raise KeyboardInterrupt
+        if self.how == "poison":  # the run goes on with a NaN weight: its next loss is NaN
+            with torch.no_grad():
+                next(pl_module.head.parameters()).view(-1)[0] = float("nan")
+            return
         raise RuntimeError(f"simulated crash at epoch {self.epoch}, batch {self.batch}")
 
 
