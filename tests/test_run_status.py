@@ -102,6 +102,7 @@ def test_huge_learning_rate_stops_at_the_first_non_finite_loss(make_cfg):
     results = results_of(cfg)
     assert results["status"] == "failed" and "non-finite" in results["error"]
     assert results["global_step"] < 3 * 3  # stopped before the end
+    assert results["comm/rounds"] == results["global_step"]  # what is known is recorded
 
 
 def test_nan_mid_epoch_stops_at_the_next_check_and_keeps_the_last_good_checkpoint(make_cfg):

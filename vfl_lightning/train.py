@@ -222,6 +222,7 @@ def train(cfg: DictConfig) -> dict:
     output_dir = Path(cfg.paths.output_dir)
     results: dict = {"status": "failed", "algo": cfg.algo.get("name"), "seed": cfg.get("seed")}
     trainer: L.Trainer | None = None
+    module: VFLModule | None = None
     try:
         try:
             output_dir.mkdir(parents=True, exist_ok=True)
@@ -290,6 +291,8 @@ def train(cfg: DictConfig) -> dict:
         results["status"] = "interrupted" if interrupted else "failed"
         if trainer is not None:
             results |= {"epochs": int(trainer.current_epoch), "global_step": trainer.global_step}
+        if module is not None:
+            results |= module.communication_metrics()
         results["error"] = error_summary(error)
         log.error("run %s: %s", results["status"], results["error"])
         raise
