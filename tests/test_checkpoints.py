@@ -146,3 +146,19 @@ def test_mid_epoch_checkpoint_resumes_with_the_next_batch(make_cfg, protocol):
         train(crashed)
     assert torch.load(last(crashed), weights_only=False)["global_step"] == 6  # mid epoch 1
     resume_equals_straight(make_cfg, common, Path(crashed.paths.output_dir), epochs=3)
+
+
+def test_every_n_train_steps_counts_server_updates_of_fedbcd(make_cfg):
+    # FedBCD with Q = 3 makes 3 server updates per batch: steps 3, 6, 9, 12 cross multiples of 4
+    # at batches 2 (step 6), 3 (9) and 4 (12); a crash before batch 3 leaves step 6.
+    cfg = make_cfg(
+        "algo=fedbcd",
+        "algo.local_steps=3",
+        *SHORT,
+        "trainer.max_epochs=1",
+        "callbacks.checkpoint.every_n_train_steps=4",
+        *stop_at(epoch=0, batch=2),
+    )
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg)
+    assert torch.load(last(cfg), weights_only=False)["global_step"] == 6

@@ -74,6 +74,7 @@ class LastCheckpoint(Checkpoint):
         self.every_n_train_steps = every_n_train_steps
         self.last_model_path = ""
         self._saved_at: tuple[int, int] | None = None
+        self._step_before_batch = 0
 
     @property
     def path(self) -> Path:
@@ -92,10 +93,14 @@ class LastCheckpoint(Checkpoint):
         trainer.save_checkpoint(self.path)
         self._saved_at = position
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._step_before_batch = int(trainer.global_step)
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        """Save when this batch's server updates crossed a multiple of ``every_n_train_steps``
+        (a FedBCD batch makes Q updates, so the step may jump over the multiple itself)."""
         n = self.every_n_train_steps
-        last_step = -1 if self._saved_at is None else self._saved_at[1]
-        if n is not None and trainer.global_step // n > max(last_step, 0) // n:
+        if n is not None and trainer.global_step // n > self._step_before_batch // n:
             self._save(trainer, pl_module)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
