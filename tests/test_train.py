@@ -115,6 +115,33 @@ def test_multirun_in_process_writes_one_results_file_per_job(tmp_path, monkeypat
         assert (job_dir / ".hydra" / "overrides.yaml").read_text().count(f"algo={algo}") == 1
 
 
+def test_multirun_failed_job_is_one_line_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    argv = [
+        "train.py",
+        "-m",
+        "seed=-1,0",
+        "debug=fdr",
+        "logger=none",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+    monkeypatch.setattr(sys, "argv", argv)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            runpy.run_path(str(ROOT / "train.py"), run_name="__main__")
+    finally:
+        GlobalHydra.instance().clear()
+    assert stop.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.count("error: seed must be an integer in [0, 2^32 - 1], got -1") == 2  # job, sweep
+    statuses = {
+        p.parent.name: json.loads(p.read_text())["status"] for p in tmp_path.rglob("results.json")
+    }
+    assert statuses == {"0": "failed", "1": "finished"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
 def test_multirun_over_algos(tmp_path, launcher):
