@@ -23,6 +23,7 @@ from torchmetrics.classification import (
     MulticlassAccuracy,
 )
 
+from vfl_lightning.errors import NonFiniteLoss
 from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
 from vfl_lightning.parallel import FederationDDPStrategy, RowShares
 from vfl_lightning.wire import SimulatedClock, Wire
@@ -119,6 +120,13 @@ class VFLModule(L.LightningModule):
         self._generators: dict[str, torch.Generator] = {}
         self._pending_generator_state: torch.Tensor | None = None
         self.rows = RowShares()
+        self._first_bad_round: torch.Tensor | None = None
+        self.run_config: dict | None = None
+
+    @classmethod
+    def check_party_class(cls, party_class: type, name: str) -> None:
+        """Refuse, before anything is built, a party model this protocol cannot run (``name``:
+        the algo name for the message). Every party model is fine by default."""
 
     @property
     def num_parties(self) -> int:
@@ -229,9 +237,11 @@ class VFLModule(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._restart_eval_generator("val")
+        self.mechanism.begin_evaluation(self.release_stream("val"), self.wire.ledger.rounds)
 
     def on_test_epoch_start(self) -> None:
         self._restart_eval_generator("test")
+        self.mechanism.begin_evaluation("test", self.wire.ledger.rounds)
 
     # ----------------------------------------------------------------- forward
     def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -255,9 +265,9 @@ class VFLModule(L.LightningModule):
         return join_own_embedding(fused, own, self.mechanism.fusion, self.num_parties)
 
     def forward(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Logits as the deployed protocol computes them (mechanism applied per ``apply_at_eval``)."""
-        stage = "val" if not self.training else "train"
-        return self.head(self.server_input(xs, stage))
+        """Logits as the deployed protocol computes them (mechanism applied per ``apply_at_eval``,
+        on the ``predict`` release stream)."""
+        return self.head(self.server_input(xs, "predict"))
 
     @staticmethod
     def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -296,9 +306,52 @@ class VFLModule(L.LightningModule):
         out["comm/peer_mb"] = self.wire.ledger.megabytes("peer")
         return out
 
+    # ----------------------------------------------------------------- non-finite values
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        """Record the first round with a non-finite loss on the device (no host sync per step);
+        check it every ``log_every_n_steps`` server updates (and before every checkpoint)."""
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            if self._first_bad_round is None:
+                self._first_bad_round = torch.full((), -1, dtype=torch.int64, device=loss.device)
+            bad = ~torch.isfinite(loss.detach()).all() & (self._first_bad_round < 0)
+            self._first_bad_round = torch.where(
+                bad, self.wire.ledger.rounds - 1, self._first_bad_round
+            )
+        if self.trainer.global_step % max(1, self.trainer.log_every_n_steps) == 0:
+            self.check_finite()
+
+    def check_finite(self) -> None:
+        """Raise :class:`NonFiniteLoss` naming the round if a loss or a parameter is non-finite."""
+        bad_round = -1 if self._first_bad_round is None else int(self._first_bad_round)
+        what = "the training loss"
+        if bad_round < 0:
+            finite = torch.stack([torch.isfinite(p).all() for p in self.parameters()]).all()
+            if bool(finite):
+                return
+            bad_round, what = self.wire.ledger.rounds - 1, "a model parameter"
+        lr = ""
+        if self._trainer is not None and self.trainer.optimizers:
+            lr = f" (optimizer.lr={self.trainer.optimizers[-1].param_groups[0]['lr']:g})"
+        raise NonFiniteLoss(
+            f"training stopped: {what} became non-finite at round {bad_round}; the likely cause "
+            f"is a learning rate{lr} too large for this model; the last checkpoint written "
+            "before it is kept"
+        )
+
     # ----------------------------------------------------------------- evaluation
+    def release_stream(self, stage: str) -> str:
+        """The mechanism's release stream of an evaluation ``stage``: the sanity check's
+        validation batches get their own (``sanity``), so they never share masks with ``val``."""
+        trainer = self._trainer
+        if stage == "val" and trainer is not None and trainer.sanity_checking:
+            return "sanity"
+        return stage
+
     def server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor:
-        fused = self.mechanism.evaluate(self.embed(xs), generator=self.generator(stage))
+        fused = self.mechanism.evaluate(
+            self.embed(xs), generator=self.generator(stage), stream=self.release_stream(stage)
+        )
         return self.server_fuse(fused, self.own_embedding(xs))
 
     def _eval_step(self, batch, stage: str) -> None:
@@ -323,6 +376,7 @@ class VFLModule(L.LightningModule):
             "mechanism": self.mechanism.state_dict(),
             "train_generator": None if train_gen is None else train_gen.get_state(),
             "torch_rng": torch.get_rng_state(),
+            "config": self.run_config,
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
