@@ -171,7 +171,7 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
         "trainer.limit_val_batches=1",
     ]
     a, b, _ = resume_against_straight(make_cfg, common, epochs=2, first=1)
-    assert a["fedvs"]["delays"] == b["fedvs"]["delays"]
+    assert a["vfl"]["wire"]["clock"]["delays"] == b["vfl"]["wire"]["clock"]["delays"]
 
 
 @pytest.mark.parametrize(
@@ -226,3 +226,24 @@ def test_simulated_time_of_a_round_follows_the_delay_model(make_cfg):
     assert 4.0 < per_round_wait < 9.0
     assert per_round_fedvs < per_round_wait / 3
     assert math.isfinite(fedvs.data_sharing_s) and fedvs.data_sharing_s > 0
+
+
+# Simulated seconds after 6 rounds of experiment=fedvs_digits (seed 0) as computed by the FedVS
+# cost model before it moved from algorithms/fedvs.py to wire/ (network=fedvs): the move must
+# not change a single bit of FedVS's time.
+CLOCK_BEFORE_THE_NETWORK_GROUP = {
+    "fedvs": (9.42696026275655, 0.016482622000000002),
+    "fedvs_wait": (29.686898081421944, 0.0),
+    "fedvs_ignore": (9.329142133268627, 0.0),
+    "fedvs_wait_dp": (29.686898081421944, 0.0),
+}
+
+
+@pytest.mark.parametrize("algo", sorted(CLOCK_BEFORE_THE_NETWORK_GROUP))
+def test_clock_values_unchanged_by_the_network_group(make_cfg, algo):
+    steps = ["trainer.max_steps=6", "trainer.limit_val_batches=0", "algo.max_simulated_s=null"]
+    module, _ = run(make_cfg(*DIGITS, f"algo={algo}", *steps))
+    assert module.wire.ledger.rounds == 6
+    now, data_sharing = CLOCK_BEFORE_THE_NETWORK_GROUP[algo]
+    assert module.wire.clock.now == now
+    assert module.data_sharing_s == data_sharing

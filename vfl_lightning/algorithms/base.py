@@ -23,8 +23,7 @@ from torchmetrics.classification import (
 )
 
 from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
-from vfl_lightning.wire import SimulatedClock, Wire
-from vfl_lightning.wire.clock import DelayModel
+from vfl_lightning.wire import Network, SimulatedClock, Wire
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
 EVAL_STAGES = ("val", "test")
@@ -67,7 +66,7 @@ class VFLModule(L.LightningModule):
         name: str = "vfl",
         server_optimizer: OptimizerFactory | None = None,
         seed: int = 0,
-        delay_model: DelayModel | None = None,
+        network: Network | None = None,
         transcript_size: int = 0,
         server_party: nn.Module | None = None,
     ) -> None:
@@ -85,7 +84,7 @@ class VFLModule(L.LightningModule):
                 "mechanism",
                 "optimizer",
                 "server_optimizer",
-                "delay_model",
+                "network",
                 "server_party",
             ]
         )
@@ -99,7 +98,8 @@ class VFLModule(L.LightningModule):
         self.num_classes = int(num_classes)
         self.seed = int(seed)
         self.widths = [int(p.embedding_dim) for p in self.parties]
-        self.wire = Wire(len(self.parties), SimulatedClock(delay_model), transcript_size)
+        clock = SimulatedClock(network, len(self.parties), self.seed)
+        self.wire = Wire(len(self.parties), clock, transcript_size)
         self.train_metrics = make_metrics(self.num_classes, "train")
         self.val_metrics = make_metrics(self.num_classes, "val")
         self.test_metrics = make_metrics(self.num_classes, "test")

@@ -98,9 +98,13 @@ class Wire:
             for m, p in enumerate(payloads)
         ]
 
-    def end_round(self) -> None:
-        """Close a synchronous communication round: count it and advance the clock."""
-        self.clock.sync_round(self._round_bits[UPLINK], self._round_bits[DOWNLINK])
+    def end_round(self, duration_s: float | None = None) -> None:
+        """Close a communication round: count it and advance the clock, by ``duration_s`` when
+        the protocol timed the round itself, else by the network's time for the round's bits."""
+        if duration_s is None:
+            self.clock.sync_round(self._round_bits[UPLINK], self._round_bits[DOWNLINK])
+        else:
+            self.clock.advance(duration_s)
         self.ledger.end_round()
         self._round_bits = {UPLINK: [0] * self.num_parties, DOWNLINK: [0] * self.num_parties}
 
