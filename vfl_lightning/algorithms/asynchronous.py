@@ -4,18 +4,19 @@ server; cascaded-hybrid paper Algorithm 1), zoo_vfl, syn_zoo_vfl (Appendix B) an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch.func import functional_call
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.staleness import ClientActivation, EmbeddingTable
 from vfl_lightning.algorithms.zoo import (
     ZOO_SPACES,
+    ZooQuery,
+    batch_losses,
     check_zoo_options,
     flat_parameters,
+    perturbed_outputs,
     sample_directions,
     set_gradient,
     two_point_estimate,
@@ -28,17 +29,6 @@ UPDATES = ("zoo", "foo")
 EPOCHS = ("client_pass", "server_iterations")
 LOSS_BITS = 64
 INITIAL_PASS_CHUNK = 1024
-
-
-@dataclass
-class ZooQuery:
-    """Client m's query: c and the q perturbed outputs c_hat_k (float64), the directions u_k it
-    keeps to itself, and (``zoo_space='output'``) its float32 output with the autograd graph."""
-
-    embedding: torch.Tensor
-    perturbed: torch.Tensor
-    directions: torch.Tensor
-    output: torch.Tensor | None
 
 
 class HybridVFL(VFLModule):
@@ -203,7 +193,7 @@ class HybridVFL(VFLModule):
             w = flat_parameters(party)
             u = sample_directions(q, w.shape, direction=self.direction, generator=generator)
             with torch.no_grad():
-                outputs = self.perturbed_outputs(party, torch.cat([w[None], w + self.mu * u]), x)
+                outputs = perturbed_outputs(party, torch.cat([w[None], w + self.mu * u]), x)
             c, perturbed = outputs[0], outputs[1:]
             return ZooQuery(c, perturbed, u, None)
         output = party(x)
@@ -226,23 +216,7 @@ class HybridVFL(VFLModule):
         inputs[m] = candidates
         with torch.no_grad():
             logits = functional_call(self.head, head_parameters, (self.mechanism.fuse(inputs),))
-        return self.batch_losses(logits, y)
-
-    @staticmethod
-    def perturbed_outputs(model, flat_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """``model`` evaluated in float64 at each row of ``flat_weights``, shape (K, B, ...)."""
-        x64 = x.double()
-
-        def evaluate(w):
-            return functional_call(model, unflatten_parameters(model, w), (x64,))
-
-        return torch.func.vmap(evaluate)(flat_weights)
-
-    def batch_losses(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Batch-mean loss of each of K stacked logit batches (K, B, C) -> (K,)."""
-        k, b = logits.shape[:2]
-        per_sample = F.cross_entropy(logits.reshape(k * b, -1), y.repeat(k), reduction="none")
-        return per_sample.reshape(k, b).mean(1)
+        return batch_losses(logits, y)
 
     def zoo_server_gradient(self, columns, y, generator):
         """The server's own two-point estimate on its head parameters (zoo_vfl); sets .grad.
@@ -257,10 +231,8 @@ class HybridVFL(VFLModule):
             self.num_directions, w0.shape, direction=self.direction, generator=generator
         )
         with torch.no_grad():
-            logits = self.perturbed_outputs(
-                self.head, torch.cat([w0[None], w0 + self.mu * u]), fused
-            )
-            losses = self.batch_losses(logits, y)
+            logits = perturbed_outputs(self.head, torch.cat([w0[None], w0 + self.mu * u]), fused)
+            losses = batch_losses(logits, y)
         loss, perturbed = losses[0], losses[1:]
         set_gradient(
             self.head,
