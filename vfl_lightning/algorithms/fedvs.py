@@ -221,12 +221,15 @@ class FedVSFamily(VFLModule):
         """Algorithm 1 lines 11-35 for one batch; returns (loss, logits)."""
         party_opts, server_opt = self.split_optimizers()
         self.share_models()
+        # when each coded embedding arrives; the server takes the first R (lines 21-27)
         timing = self._fedvs_timing(*self._draw_delays())
         self._check_shortfall(timing)
         responders = list(timing.used)
         received = self.upload_coded_embeddings(positions, responders)
+        # lines 28-30: interpolate psi, evaluate at beta_1..beta_K, dequantize the average
         fused = self.codec.decode_average(torch.stack(received), responders)
         fused = fused.to(torch.float32).requires_grad_()
+        # line 31: the server's update, and dL/dH broadcast to every client
         logits = self.head(fused)
         loss = self.loss_fn(logits, y)
         server_opt.zero_grad()
@@ -238,7 +241,7 @@ class FedVSFamily(VFLModule):
         return loss, logits
 
     def share_models(self) -> None:
-        """Lines 13-16: each client quantizes its model and sends N-1 masked Lagrange shares."""
+        """Lines 13-20: each client quantizes its model and sends N-1 masked Lagrange shares."""
         share_bits = self.codec.share_models(
             [p.weight for p in self.parties], generator=self.generator("train")
         )
@@ -246,7 +249,7 @@ class FedVSFamily(VFLModule):
             self.wire.ledger.record(PEER, n, (self.num_parties - 1) * bits, kind="model_share")
 
     def upload_coded_embeddings(self, positions, responders: list[int]) -> list[torch.Tensor]:
-        """Lines 17-22: the first R clients' coded embeddings (eq. 5) arrive at the server."""
+        """Lines 21-24, 27: the coded embeddings (eq. 5) of the first R clients reach the server."""
         coded = self.codec.coded_embeddings(positions, clients=responders)
         return [
             self.wire.send(
@@ -260,7 +263,7 @@ class FedVSFamily(VFLModule):
         ]
 
     def update_clients(self, party_opts, xs, gradients) -> None:
-        """Line 34: each client back-propagates (1/N) dL/dH through its own plaintext embedding."""
+        """Lines 32-35: each client back-propagates (1/N) dL/dH through its plaintext embedding."""
         N = self.num_parties
         for opt, h, g in zip(party_opts, self.embed(xs), gradients, strict=True):
             opt.zero_grad()
