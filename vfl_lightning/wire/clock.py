@@ -3,8 +3,6 @@ its :class:`Network` (message sizes, latency, stragglers)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from vfl_lightning.wire.network import Network
 
 STRAGGLER_SEED_OFFSET = 7177
@@ -33,16 +31,19 @@ class SimulatedClock:
 
     def sync_round(self, uplink_bits: list[int], downlink_bits: list[int]) -> float:
         """Advance by the slowest participating upload plus the slowest download; return now."""
-        up = np.asarray(uplink_bits, dtype=np.float64)
-        down = np.asarray(downlink_bits, dtype=np.float64)
-        taking_part = (up > 0) | (down > 0)
-        if not taking_part.any():
+        taking_part = [
+            m for m, (up, down) in enumerate(zip(uplink_bits, downlink_bits)) if up or down
+        ]
+        if not taking_part:
             return self.now
-        upload = self.network.transfer_seconds(up)
-        if self.network.has_stragglers:
-            upload = upload + self.delays.draw()
-        download = self.network.transfer_seconds(down)
-        return self.advance(float(upload[taking_part].max()) + float(download[taking_part].max()))
+        delays = self.delays.draw() if self.network.has_stragglers else None
+        transfer = self.network.link_seconds
+        upload = max(
+            transfer(uplink_bits[m]) + (0.0 if delays is None else float(delays[m]))
+            for m in taking_part
+        )
+        download = max(transfer(downlink_bits[m]) for m in taking_part)
+        return self.advance(upload + download)
 
     def state_dict(self) -> dict:
         return {"now": self.now, "delays": self.delays.state_dict()}

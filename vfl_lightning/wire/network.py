@@ -60,6 +60,10 @@ class Network:
         """Time for messages of ``bits`` to cross one link: latency plus size over bandwidth."""
         return self.latency_s + transfer_seconds(bits, self.mbps)
 
+    def link_seconds(self, bits: int) -> float:
+        """:meth:`transfer_seconds` of one message, in plain Python floats (per-round path)."""
+        return self.latency_s + bits / (self.mbps * 1e6)
+
     def compute_seconds(self, macs: float | np.ndarray, *, field: bool = False):
         """Time for ``macs`` multiply-adds (field ones cost ``field_op_cost`` each)."""
         cost = self.field_op_cost if field else 1.0
