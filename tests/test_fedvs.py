@@ -144,7 +144,7 @@ def test_ignore_updates_only_the_clients_that_arrived(make_cfg):
 
 
 def test_wait_dp_noise_is_calibrated(make_cfg):
-    cfg = make_cfg(*DIGITS, "algo=fedvs_wait_dp", "algo.dp_epsilon=2.0", "trainer.max_steps=1")
+    cfg = make_cfg(*DIGITS, "algo=fedvs_wait_dp", "algo.dp.epsilon=2.0", "trainer.max_steps=1")
     results = train(cfg)
     sigma = analytic_gaussian_sigma(epsilon=2.0, delta=1e-5, sensitivity=2.0)
     assert results["fedvs/dp_sigma"] == pytest.approx(sigma)
@@ -195,8 +195,10 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
         (["algo.strategy=fast"], r"algo.strategy must be one of"),
         (["algo.prime=2147483649"], r"prime must be a prime number, got 2147483649"),
         (["data.batch_size=63", "algo.K=2"], r"data.batch_size=63 must be a multiple of algo.K=2"),
-        (["algo=fedvs_wait_dp", "algo.dp_delta=0"], r"algo.dp_delta must be in \(0, 1\), got 0"),
-        (["algo=fedvs_wait_dp", "algo.dp_clip=0"], r"algo.dp_clip must be > 0, got 0"),
+        (["algo=fedvs_wait_dp", "algo.dp.delta=0"], r"algo.dp.delta must be in \(0, 1\), got 0"),
+        (["algo=fedvs_wait_dp", "algo.dp.clip=0"], r"algo.dp.clip must be > 0, got 0"),
+        (["algo.strategy=wait_dp"], r"algo.dp \(the Wait-DP noise\) must be set exactly when"),
+        (["algo=fedvs_wait_dp", "algo.strategy=wait"], r"got strategy='wait' and dp=<"),
     ],
 )
 def test_bad_configurations_are_refused_at_build(make_cfg, overrides, message):

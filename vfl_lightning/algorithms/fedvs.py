@@ -13,7 +13,7 @@ import torch
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.data.segments import SegmentedDataModule
-from vfl_lightning.mechanisms.analytic_gaussian import analytic_gaussian_sigma, privatize_embedding
+from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec
 from vfl_lightning.mechanisms.field import DEFAULT_PRIME
 from vfl_lightning.models.pn import PolynomialNetwork
@@ -44,9 +44,8 @@ class FedVSFamily(VFLModule):
     - ``wait``: plain average of all N embeddings (waits for the slowest client).
     - ``ignore``: average of the embeddings that arrived within the time FedVS would have waited in
       the same round (same delay draws); only those clients get a gradient.
-    - ``wait_dp``: ``wait`` on embeddings clipped to L2 norm ``dp_clip`` per sample plus Gaussian
-      noise calibrated by the analytic Gaussian mechanism to (``dp_epsilon``, ``dp_delta``) per
-      release, sensitivity 2 * dp_clip.
+    - ``wait_dp``: ``wait`` on embeddings privatized by ``dp`` (:class:`WaitDP`: clipped to an L2
+      norm per sample plus Gaussian noise calibrated by the analytic Gaussian mechanism).
 
     Every party model is projected to |w| <= ``weight_bound`` after each step (the paper's bounded
     parameters, Assumption 4), which with the data range makes the overflow pre-check a guarantee.
@@ -74,10 +73,7 @@ class FedVSFamily(VFLModule):
         deadline_s: float | None = None,
         on_shortfall: str = "raise",
         max_simulated_s: float | None = None,
-        dp_epsilon: float = 5.0,
-        dp_delta: float = 1e-5,
-        dp_clip: float = 1.0,
-        dp_at_eval: bool = True,
+        dp: WaitDP | None = None,
         **kwargs,
     ) -> None:
         super().__init__(parties, head, mechanism, optimizer, num_classes, name=name, **kwargs)
@@ -90,8 +86,11 @@ class FedVSFamily(VFLModule):
         for label, value in (("deadline_s", deadline_s), ("max_simulated_s", max_simulated_s)):
             if value is not None and not value > 0:
                 raise ValueError(f"algo.{label} must be > 0 or null, got {value}")
-        if not dp_clip > 0:
-            raise ValueError(f"algo.dp_clip must be > 0, got {dp_clip}")
+        if (strategy == "wait_dp") != (dp is not None):
+            raise ValueError(
+                "algo.dp (the Wait-DP noise) must be set exactly when algo.strategy=wait_dp "
+                f"(use algo=fedvs_wait_dp), got strategy={strategy!r} and dp={dp!r}"
+            )
         bad = [type(p).__name__ for p in self.parties if not isinstance(p, PolynomialNetwork)]
         if bad:
             raise ValueError(
@@ -111,13 +110,7 @@ class FedVSFamily(VFLModule):
         self.deadline_s = deadline_s
         self.on_shortfall = on_shortfall
         self.max_simulated_s = max_simulated_s
-        self.dp_clip = float(dp_clip)
-        self.dp_at_eval = bool(dp_at_eval)
-        self.dp_sigma = (
-            analytic_gaussian_sigma(epsilon=dp_epsilon, delta=dp_delta, sensitivity=2 * dp_clip)
-            if strategy == "wait_dp"
-            else 0.0
-        )
+        self.dp = dp
         self.val_curve: list[tuple[int, float, float]] = []
         self.shortfall_rounds = 0
         self.data_shared = False
@@ -288,12 +281,9 @@ class FedVSFamily(VFLModule):
         )
         used = sorted(timing.used)
         outputs = [self.parties[n](xs[n]) for n in used]
-        if self.strategy == "wait_dp":
+        if self.dp is not None:
             gen = self.generator("train")
-            outputs = [
-                privatize_embedding(h, clip=self.dp_clip, sigma=self.dp_sigma, generator=gen)
-                for h in outputs
-            ]
+            outputs = [self.dp(h, gen) for h in outputs]
         received = [
             self.wire.send(UPLINK, n, h.detach(), kind="embedding")
             for n, h in zip(used, outputs, strict=True)
@@ -325,14 +315,11 @@ class FedVSFamily(VFLModule):
 
     # ----------------------------------------------------------------- evaluation
     def server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor:
-        """Plain average of the real-valued embeddings (noisy ones for Wait-DP with dp_at_eval)."""
+        """Plain average of the real-valued embeddings (noisy ones for Wait-DP with at_eval)."""
         embeddings = self.embed(xs)
-        if self.strategy == "wait_dp" and self.dp_at_eval:
+        if self.dp is not None and self.dp.at_eval:
             gen = self.generator(stage)
-            embeddings = [
-                privatize_embedding(h, clip=self.dp_clip, sigma=self.dp_sigma, generator=gen)
-                for h in embeddings
-            ]
+            embeddings = [self.dp(h, gen) for h in embeddings]
         return torch.stack(embeddings).mean(0)
 
     def on_validation_end(self) -> None:
@@ -351,7 +338,7 @@ class FedVSFamily(VFLModule):
             "fedvs/R": self.codec.threshold,
             "fedvs/shortfall_rounds": self.shortfall_rounds,
             "fedvs/data_sharing_s": self.data_sharing_s,
-            "fedvs/dp_sigma": self.dp_sigma,
+            "fedvs/dp_sigma": 0.0 if self.dp is None else self.dp.sigma,
             "fedvs/val_curve": [list(point) for point in self.val_curve],
         }
         return out
