@@ -112,14 +112,18 @@ def test_no_gradient_ever_reaches_a_zoo_client(make_cfg, algo, space):
     transcript = list(module.wire.ledger.transcript)
     down = [e for e in transcript if e.direction == "down"]
     up = [e for e in transcript if e.direction == "up" and e.kind != "initial_embedding"]
-    assert len(down) == trainer.global_step == module.wire.ledger.rounds == 6
+    # algo.epoch=client_pass: 2 epochs x 3 batches, each through all 4 clients
+    iterations = 2 * 3 * 4
+    assert len(down) == trainer.global_step == module.wire.ledger.rounds == iterations
     assert {e.kind for e in down} == {"loss"}
     assert all(e.shape == (3,) and e.bits == 3 * 64 for e in down)
+    # every client answered once per batch
+    assert sorted(e.party for e in down[:4]) == [0, 1, 2, 3]
     # uplink: c and two c_hat per iteration, float64
     assert [e.kind for e in up[:3]] == ["embedding", "perturbed_embedding", "perturbed_embedding"]
     assert len(up) == 3 * trainer.global_step
     assert all(e.bits == 64 * e.shape[0] * e.shape[1] for e in up)
-    assert sum(module.wire.ledger.bits["down"]) == 6 * 3 * 64
+    assert sum(module.wire.ledger.bits["down"]) == iterations * 3 * 64
 
 
 def test_first_order_async_sends_gradients(make_cfg):
@@ -149,6 +153,7 @@ def test_table_holds_the_right_version_after_a_scripted_activation_order(make_cf
     cfg = make_cfg(
         f"algo={algo}",
         f"algo.activation_order=[{','.join(map(str, order))}]",
+        "algo.epoch=server_iterations",
         "trainer.max_steps=9",
         "trainer.limit_val_batches=0",
         "data.batch_size=64",
@@ -195,7 +200,10 @@ def test_table_holds_the_right_version_after_a_scripted_activation_order(make_cf
                 torch.func.functional_call(module.head, state, (fused,)), y
             )
 
-        h = module.observations[order[8 % 7]].received[0]
+        client = order[8 % 7]
+        assert module.wire.exchanged_round[client] == 8
+        seen = {m.kind: m.payload for m in module.wire.exchanged[client] if m.direction == "down"}
+        h = seen["loss"][0]
         assert abs(h - loss_with(head_before)) < 1e-5
         assert abs(h - loss_with(dict(module.head.named_parameters()))) > 1e-4
 
@@ -222,6 +230,13 @@ def test_cascade_beats_zoo_vfl_on_digits_after_the_same_epochs(make_cfg):
         ({"client_speeds": [1.0, -2.0]}, r"client_speeds must all be > 0, got \[1.0, -2.0\]"),
         ({"activation_order": [0, 2]}, r"activation_order must be .* in \[0, 1\], got \[0, 2\]"),
         ({"client_update": "foo", "server_update": "zoo"}, r"needs server_update='foo'"),
+        ({"epoch": "batches"}, r"algo.epoch must be one of \('client_pass', 'server_iterations'\)"),
+        ({"max_staleness": -1}, r"algo.max_staleness must be an integer >= 0 .* got -1"),
+        ({"max_staleness": 2.5}, r"algo.max_staleness must be an integer >= 0 .* got 2.5"),
+        (
+            {"activation_order": [0, 0, 1]},
+            r"every client exactly once with algo.epoch=client_pass .* got \[0, 0, 1\]",
+        ),
     ],
 )
 def test_bad_options_raise_clear_errors(options, message):
@@ -236,15 +251,60 @@ def test_client_speeds_set_the_activation_frequencies():
     assert abs(share - 0.75) < 4 * (0.75 * 0.25 / 4000) ** 0.5
 
 
+def test_client_passes_are_permutations_ordered_by_speed():
+    module = _module(client_speeds=[1.0, 3.0])
+    passes = [module.activation.next_pass() for _ in range(4000)]
+    assert all(sorted(p) == [0, 1] for p in passes)
+    share = sum(p[0] == 1 for p in passes) / 4000
+    assert abs(share - 0.75) < 4 * (0.75 * 0.25 / 4000) ** 0.5
+
+
+class _Ages(L.Callback):
+    def __init__(self):
+        self.max_ages = []
+
+    def on_train_batch_end(self, trainer, module, *args):
+        self.max_ages.append(int(module.last_ages.max()))
+
+
+@pytest.mark.parametrize("bound", [None, 6])
+def test_max_staleness_bounds_the_ages_and_charges_refreshes_on_the_wire(make_cfg, bound):
+    overrides = [
+        "algo=cascade",
+        "algo.epoch=server_iterations",
+        "algo.transcript_size=100000",
+        "trainer.max_steps=30",
+        "trainer.limit_val_batches=0",
+    ]
+    if bound is not None:
+        overrides.append(f"algo.max_staleness={bound}")
+    cfg = make_cfg(*overrides)
+    L.seed_everything(0)
+    datamodule, module = build(cfg)
+    ages = _Ages()
+    trainer = instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=[ages])
+    trainer.fit(module, datamodule=datamodule)
+    refreshed = [e for e in module.wire.ledger.transcript if e.kind == "refreshed_embedding"]
+    if bound is None:
+        assert max(ages.max_ages) > 6 and module.refreshes == 0 and not refreshed
+        return
+    assert max(ages.max_ages) <= bound
+    assert module.refreshes == sum(e.shape[0] for e in refreshed) > 0
+    assert all(e.direction == "up" and e.bits == 32 * e.shape[0] * e.shape[1] for e in refreshed)
+
+
 def test_resume_two_plus_two_epochs_equals_four_with_table_and_activations(make_cfg):
     common = [
         "algo=cascade",
+        "algo.max_staleness=12",
         "trainer.limit_train_batches=5",
         "trainer.limit_val_batches=1",
         "test=false",
     ]
-    a, b, _ = resume_against_straight(make_cfg, common, epochs=4, first=2)
-    assert a["async"]["activation"]["position"] == b["async"]["activation"]["position"] == 20
+    a, b, results = resume_against_straight(make_cfg, common, epochs=4, first=2)
+    # client passes: 4 epochs x 5 batches x 4 clients
+    assert a["async"]["activation"]["position"] == b["async"]["activation"]["position"] == 80
+    assert a["async"]["refreshes"] == b["async"]["refreshes"] == results["async/refreshes"] > 0
     assert torch.equal(a["async"]["table"]["written_at"], b["async"]["table"]["written_at"])
     for col_a, col_b in zip(a["async"]["table"]["columns"], b["async"]["table"]["columns"]):
         assert torch.equal(col_a, col_b)

@@ -144,7 +144,7 @@ def test_ignore_updates_only_the_clients_that_arrived(make_cfg):
 
 
 def test_wait_dp_noise_is_calibrated(make_cfg):
-    cfg = make_cfg(*DIGITS, "algo=fedvs_wait_dp", "algo.dp_epsilon=2.0", "trainer.max_steps=1")
+    cfg = make_cfg(*DIGITS, "algo=fedvs_wait_dp", "algo.dp.epsilon=2.0", "trainer.max_steps=1")
     results = train(cfg)
     sigma = analytic_gaussian_sigma(epsilon=2.0, delta=1e-5, sensitivity=2.0)
     assert results["fedvs/dp_sigma"] == pytest.approx(sigma)
@@ -171,7 +171,7 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
         "trainer.limit_val_batches=1",
     ]
     a, b, _ = resume_against_straight(make_cfg, common, epochs=2, first=1)
-    assert a["fedvs"]["delays"] == b["fedvs"]["delays"]
+    assert a["vfl"]["wire"]["clock"]["delays"] == b["vfl"]["wire"]["clock"]["delays"]
 
 
 @pytest.mark.parametrize(
@@ -197,8 +197,10 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
         (["algo.strategy=fast"], r"algo.strategy must be one of"),
         (["algo.prime=2147483649"], r"prime must be a prime number, got 2147483649"),
         (["data.batch_size=63", "algo.K=2"], r"data.batch_size=63 must be a multiple of algo.K=2"),
-        (["algo=fedvs_wait_dp", "algo.dp_delta=0"], r"algo.dp_delta must be in \(0, 1\), got 0"),
-        (["algo=fedvs_wait_dp", "algo.dp_clip=0"], r"algo.dp_clip must be > 0, got 0"),
+        (["algo=fedvs_wait_dp", "algo.dp.delta=0"], r"algo.dp.delta must be in \(0, 1\), got 0"),
+        (["algo=fedvs_wait_dp", "algo.dp.clip=0"], r"algo.dp.clip must be > 0, got 0"),
+        (["algo.strategy=wait_dp"], r"algo.dp \(the Wait-DP noise\) must be set exactly when"),
+        (["algo=fedvs_wait_dp", "algo.strategy=wait"], r"got strategy='wait' and dp=<"),
     ],
 )
 def test_bad_configurations_are_refused_at_build(make_cfg, overrides, message):
@@ -228,3 +230,24 @@ def test_simulated_time_of_a_round_follows_the_delay_model(make_cfg):
     assert 4.0 < per_round_wait < 9.0
     assert per_round_fedvs < per_round_wait / 3
     assert math.isfinite(fedvs.data_sharing_s) and fedvs.data_sharing_s > 0
+
+
+# Simulated seconds after 6 rounds of experiment=fedvs_digits (seed 0) as computed by the FedVS
+# cost model before it moved from algorithms/fedvs.py to wire/ (network=fedvs): the move must
+# not change a single bit of FedVS's time.
+CLOCK_BEFORE_THE_NETWORK_GROUP = {
+    "fedvs": (9.42696026275655, 0.016482622000000002),
+    "fedvs_wait": (29.686898081421944, 0.0),
+    "fedvs_ignore": (9.329142133268627, 0.0),
+    "fedvs_wait_dp": (29.686898081421944, 0.0),
+}
+
+
+@pytest.mark.parametrize("algo", sorted(CLOCK_BEFORE_THE_NETWORK_GROUP))
+def test_clock_values_unchanged_by_the_network_group(make_cfg, algo):
+    steps = ["trainer.max_steps=6", "trainer.limit_val_batches=0", "algo.max_simulated_s=null"]
+    module, _ = run(make_cfg(*DIGITS, f"algo={algo}", *steps))
+    assert module.wire.ledger.rounds == 6
+    now, data_sharing = CLOCK_BEFORE_THE_NETWORK_GROUP[algo]
+    assert module.wire.clock.now == now
+    assert module.data_sharing_s == data_sharing

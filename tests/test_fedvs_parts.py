@@ -157,9 +157,9 @@ def test_analytic_gaussian_calibration():
     # Balle & Wang's analytic mechanism is tighter than the classical bound (valid for eps < 1).
     classical = math.sqrt(2 * math.log(1.25 / 1e-5)) / 0.5
     assert analytic_gaussian_sigma(epsilon=0.5, delta=1e-5, sensitivity=1.0) < classical
-    with pytest.raises(ValueError, match=r"algo.dp_epsilon must be > 0, got 0"):
+    with pytest.raises(ValueError, match=r"algo.dp.epsilon must be > 0, got 0"):
         analytic_gaussian_sigma(epsilon=0, delta=1e-5, sensitivity=1.0)
-    with pytest.raises(ValueError, match=r"algo.dp_delta must be in \(0, 1\), got 1.0"):
+    with pytest.raises(ValueError, match=r"algo.dp.delta must be in \(0, 1\), got 1.0"):
         analytic_gaussian_sigma(epsilon=1, delta=1.0, sensitivity=1.0)
 
 

@@ -282,3 +282,43 @@ def test_accountant_state_round_trip_and_refusals():
 def test_privacy_bad_inputs(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+@pytest.mark.parametrize("algo", ["pbm", "ldp"])
+def test_logged_epsilon_is_the_analysis_functions_value(make_cfg, algo):
+    """What a training run logs is rdp_to_dp of the privacy.analysis curves: the accountant only
+    counts releases and passes the mechanism's parameters."""
+    import lightning as L
+    import torch
+    from hydra.utils import instantiate
+
+    from vfl_lightning.privacy.analysis import DEFAULT_ORDERS, ldp_sample_rdp
+    from vfl_lightning.privacy.callback import PrivacyCallback
+    from vfl_lightning.train import build
+
+    cfg = make_cfg(f"algo={algo}", "mechanism.b=4", "mechanism.beta=0.1", "trainer.max_steps=3")
+    L.seed_everything(cfg.seed)
+    datamodule, module = build(cfg)
+    callback = PrivacyCallback()
+    trainer = instantiate(
+        cfg.trainer, logger=False, enable_checkpointing=False, callbacks=[callback]
+    )
+    trainer.fit(module, datamodule=datamodule)
+    uses = 3 * cfg.data.batch_size / len(datamodule.splits["train"])
+    assert callback.accountant.uses == uses
+    common = {"orders": DEFAULT_ORDERS, "embedding_dim": 16, "uses": uses}
+    if algo == "pbm":
+        pbm = {"b": 4, "beta": 0.1, "num_parties": 4}
+        feature, sample = pbm_feature_rdp(**common, **pbm), pbm_sample_rdp(**common, **pbm)
+    else:
+        ldp = {"sigma": module.mechanism.sigma, "C": 1.0}
+        feature = ldp_feature_rdp(**common, **ldp)
+        sample = ldp_sample_rdp(**common, **ldp, num_parties=4)
+    feature_eps, feature_alpha = rdp_to_dp(orders=DEFAULT_ORDERS, rdp=feature, delta=1e-5)
+    sample_eps, _ = rdp_to_dp(orders=DEFAULT_ORDERS, rdp=sample, delta=1e-5)
+    spent = callback.accountant.spent()
+    assert (spent["feature_eps"], spent["sample_eps"]) == (feature_eps, sample_eps)
+    assert spent["alpha"] == feature_alpha
+    logged = trainer.callback_metrics
+    assert logged["privacy/feature_eps"] == torch.tensor(feature_eps, dtype=torch.float32)
+    assert logged["privacy/sample_eps"] == torch.tensor(sample_eps, dtype=torch.float32)

@@ -74,6 +74,7 @@ def build(cfg: DictConfig):
         in_features=mechanism.fused_width(widths), num_classes=datamodule.num_classes
     )
     active = {} if server_party is None else {"server_party": server_party}
+    network = instantiate(cfg.network) if cfg.get("network") is not None else None
     module = instantiate(
         cfg.algo,
         parties=parties,
@@ -82,6 +83,7 @@ def build(cfg: DictConfig):
         optimizer=instantiate(cfg.optimizer),
         num_classes=datamodule.num_classes,
         seed=cfg.seed,
+        network=network,
         **active,
     )
     return datamodule, module

@@ -1,9 +1,23 @@
-"""Protocols as LightningModules (manual optimization): one class per protocol family."""
+"""Protocols as LightningModules (manual optimization): one class per protocol family.
 
-from vfl_lightning.algorithms.asynchronous import HybridVFL
-from vfl_lightning.algorithms.base import VFLModule
-from vfl_lightning.algorithms.fedbcd import FedBCD
-from vfl_lightning.algorithms.fedvs import FedVSFamily
-from vfl_lightning.algorithms.sync import SyncVFL
+The classes are imported on first use, so the plain-torch helpers (``zoo``, ``staleness``) load
+without Lightning.
+"""
 
-__all__ = ["FedBCD", "FedVSFamily", "HybridVFL", "SyncVFL", "VFLModule"]
+from importlib import import_module
+
+_CLASSES = {
+    "FedBCD": "fedbcd",
+    "FedVSFamily": "fedvs",
+    "HybridVFL": "asynchronous",
+    "SyncVFL": "sync",
+    "VFLModule": "base",
+}
+
+__all__ = sorted(_CLASSES)
+
+
+def __getattr__(name: str):
+    if name in _CLASSES:
+        return getattr(import_module(f"{__name__}.{_CLASSES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

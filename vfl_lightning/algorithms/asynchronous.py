@@ -4,65 +4,64 @@ server; cascaded-hybrid paper Algorithm 1), zoo_vfl, syn_zoo_vfl (Appendix B) an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch.func import functional_call
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.staleness import ClientActivation, EmbeddingTable
 from vfl_lightning.algorithms.zoo import (
     ZOO_SPACES,
+    ZooQuery,
+    batch_losses,
     check_zoo_options,
     flat_parameters,
+    perturbed_outputs,
     sample_directions,
     set_gradient,
     two_point_estimate,
     unflatten_parameters,
 )
 from vfl_lightning.mechanisms.plain import Plain
-from vfl_lightning.privacy.attacks.label_inference import ClientObservation
 from vfl_lightning.wire.ledger import DOWNLINK, UPLINK
 
 UPDATES = ("zoo", "foo")
+EPOCHS = ("client_pass", "server_iterations")
 LOSS_BITS = 64
 INITIAL_PASS_CHUNK = 1024
 
 
-@dataclass
-class ZooQuery:
-    """Client m's query: c and the q perturbed outputs c_hat_k (float64), the directions u_k it
-    keeps to itself, and (``zoo_space='output'``) its float32 output with the autograd graph."""
-
-    embedding: torch.Tensor
-    perturbed: torch.Tensor
-    directions: torch.Tensor
-    output: torch.Tensor | None
-
-
 class HybridVFL(VFLModule):
     """Clients update by zeroth-order (``client_update='zoo'``) or first-order (``'foo'``)
-    optimization, the server likewise (``server_update``); one client per iteration
+    optimization, the server likewise (``server_update``); one client per server iteration
     (asynchronous, order from ``client_speeds`` or ``activation_order``) or all of them
     (``synchronous=True``).
 
-    One iteration (Algorithm 1) with client m active on batch B:
-    1. a ZOO client sends c = F_m(w_m; x) and c_hat_k = F_m(w_m + mu u_k; x), k = 1..q (eq. 2,
-       ``zoo_space='params'``) or c_hat_k = c + mu u_k (``'output'``, the authors' later code);
-       a FOO client sends c. The server writes c into its table of the latest embedding of every
-       (sample, client) and reads the other clients' (stale) entries of B from it.
-    2. The server answers a ZOO query with the batch-mean losses h and h_hat_k, computed in
-       float64 from the SAME head parameters, before its own update; a FOO client gets dL/dc.
-    3. The server takes one step on its head (backprop for FOO; its own two-point estimate on
-       the head parameters for ZOO), the client one step with (phi(d)/mu) mean_k (h_hat_k - h)
-       u_k (eq. 3), back-propagated locally through its model when ``zoo_space='output'``.
+    One server iteration (Algorithm 1) with client m active on batch B, one method per step:
+    1. :meth:`clients_send`: a ZOO client sends c = F_m(w_m; x) and c_hat_k = F_m(w_m + mu u_k; x),
+       k = 1..q (eq. 2, ``zoo_space='params'``) or c_hat_k = c + mu u_k (``'output'``, the
+       authors' later code); a FOO client sends c. The server writes c into its table of the
+       latest embedding of every (sample, client); :meth:`refresh_stale` has every entry of B
+       older than ``max_staleness`` iterations re-sent by its client (bounded delay, the paper's
+       Assumption); the server reads the other clients' entries of B from the table.
+    2. :meth:`answer_queries`: the server answers a ZOO query with the batch-mean losses h and
+       h_hat_k, computed in float64 from the SAME head parameters, before its own update.
+    3. :meth:`update_server`: one step on the head (backprop, sending a FOO client dL/dc; or its
+       own two-point estimate on the head parameters for ZOO); :meth:`update_clients`: the client
+       steps with (phi(d)/mu) mean_k (h_hat_k - h) u_k (eq. 3), back-propagated locally through
+       its model when ``zoo_space='output'``, or with dL/dc.
+
+    Epochs (``epoch``): ``'client_pass'`` (default) has every client process every batch once,
+    in the order the clients finish (:meth:`ClientActivation.next_pass`), so an epoch is M·N/B
+    server iterations, as the paper's and the authors' epochs; ``'server_iterations'`` draws one
+    client per batch, so an epoch is N/B iterations and each client sees 1/M of the data.
 
     Wire: a ZOO client's uplink is 1 + q embeddings in float64 (64 bits per element: a float32
     c_hat - c at mu = 0.001 is mostly rounding), its downlink 1 + q float64 loss scalars and never a
     gradient. ``global_step`` and ``comm/rounds`` count server iterations: one per received
     message (query) when asynchronous, one per batch when synchronous. The initial pass that
-    fills the table is sent over the wire too (kind ``initial_embedding``).
+    fills the table is sent over the wire too (kind ``initial_embedding``), and so are refreshed
+    entries (kind ``refreshed_embedding``, counted in ``async/refreshes``).
     """
 
     def __init__(
@@ -76,6 +75,8 @@ class HybridVFL(VFLModule):
         client_update: str = "zoo",
         server_update: str = "foo",
         synchronous: bool = False,
+        epoch: str = "client_pass",
+        max_staleness: int | None = None,
         direction: str = "gaussian",
         mu: float = 0.001,
         num_directions: int = 1,
@@ -96,6 +97,17 @@ class HybridVFL(VFLModule):
         check_zoo_options(mu=mu, num_directions=num_directions, direction=direction)
         if zoo_space not in ZOO_SPACES:
             raise ValueError(f"zoo_space must be one of {ZOO_SPACES}, got {zoo_space!r}")
+        if epoch not in EPOCHS:
+            raise ValueError(f"algo.epoch must be one of {EPOCHS}, got {epoch!r}")
+        if max_staleness is not None and (
+            isinstance(max_staleness, bool)
+            or int(max_staleness) != max_staleness
+            or max_staleness < 0
+        ):
+            raise ValueError(
+                f"algo.max_staleness must be an integer >= 0 (server iterations) or null, "
+                f"got {max_staleness!r}"
+            )
         if not isinstance(mechanism, Plain):
             raise ValueError(
                 f"algo={self.name} sends plain embeddings: mechanism must be plain, "
@@ -104,6 +116,8 @@ class HybridVFL(VFLModule):
         self.client_update = client_update
         self.server_update = server_update
         self.synchronous = bool(synchronous)
+        self.epoch = epoch
+        self.max_staleness = None if max_staleness is None else int(max_staleness)
         self.direction = direction
         self.mu = float(mu)
         self.num_directions = int(num_directions)
@@ -111,10 +125,24 @@ class HybridVFL(VFLModule):
         self.activation = ClientActivation(
             self.num_parties, client_speeds, activation_order, seed=self.seed
         )
+        permutation = activation_order is None or sorted(activation_order) == list(
+            range(self.num_parties)
+        )
+        if self.passes and not permutation:
+            raise ValueError(
+                "algo.activation_order must list every client exactly once with "
+                f"algo.epoch=client_pass (each batch goes through every client), got "
+                f"{list(activation_order)}; use algo.epoch=server_iterations for other orders"
+            )
         self.table: EmbeddingTable | None = None
         self._pending_table: dict | None = None
-        self.observations: dict[int, ClientObservation] = {}
+        self.refreshes = 0
         self.last_ages: torch.Tensor | None = None
+
+    @property
+    def passes(self) -> bool:
+        """Whether each batch goes through every client in turn (asynchronous client passes)."""
+        return self.epoch == "client_pass" and not self.synchronous
 
     # ----------------------------------------------------------------- the server's table
     def on_train_start(self) -> None:
@@ -149,8 +177,13 @@ class HybridVFL(VFLModule):
         return EmbeddingTable.from_initial_pass(columns)
 
     # ----------------------------------------------------------------- one iteration
-    def active_clients(self) -> list[int]:
-        return list(range(self.num_parties)) if self.synchronous else [self.activation.next()]
+    def schedule(self) -> list[list[int]]:
+        """The active clients of each server iteration on the current batch."""
+        if self.synchronous:
+            return [list(range(self.num_parties))]
+        if self.passes:
+            return [[m] for m in self.activation.next_pass()]
+        return [[self.activation.next()]]
 
     def zoo_query(self, m: int, x: torch.Tensor, generator: torch.Generator) -> ZooQuery:
         """Client m's outputs c and c_hat_k = F_m(w_m + mu u_k; x) (eq. 2) or c + mu u_k."""
@@ -160,7 +193,7 @@ class HybridVFL(VFLModule):
             w = flat_parameters(party)
             u = sample_directions(q, w.shape, direction=self.direction, generator=generator)
             with torch.no_grad():
-                outputs = self.perturbed_outputs(party, torch.cat([w[None], w + self.mu * u]), x)
+                outputs = perturbed_outputs(party, torch.cat([w[None], w + self.mu * u]), x)
             c, perturbed = outputs[0], outputs[1:]
             return ZooQuery(c, perturbed, u, None)
         output = party(x)
@@ -183,23 +216,7 @@ class HybridVFL(VFLModule):
         inputs[m] = candidates
         with torch.no_grad():
             logits = functional_call(self.head, head_parameters, (self.mechanism.fuse(inputs),))
-        return self.batch_losses(logits, y)
-
-    @staticmethod
-    def perturbed_outputs(model, flat_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """``model`` evaluated in float64 at each row of ``flat_weights``, shape (K, B, ...)."""
-        x64 = x.double()
-
-        def evaluate(w):
-            return functional_call(model, unflatten_parameters(model, w), (x64,))
-
-        return torch.func.vmap(evaluate)(flat_weights)
-
-    def batch_losses(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Batch-mean loss of each of K stacked logit batches (K, B, C) -> (K,)."""
-        k, b = logits.shape[:2]
-        per_sample = F.cross_entropy(logits.reshape(k * b, -1), y.repeat(k), reduction="none")
-        return per_sample.reshape(k, b).mean(1)
+        return batch_losses(logits, y)
 
     def zoo_server_gradient(self, columns, y, generator):
         """The server's own two-point estimate on its head parameters (zoo_vfl); sets .grad.
@@ -214,10 +231,8 @@ class HybridVFL(VFLModule):
             self.num_directions, w0.shape, direction=self.direction, generator=generator
         )
         with torch.no_grad():
-            logits = self.perturbed_outputs(
-                self.head, torch.cat([w0[None], w0 + self.mu * u]), fused
-            )
-            losses = self.batch_losses(logits, y)
+            logits = perturbed_outputs(self.head, torch.cat([w0[None], w0 + self.mu * u]), fused)
+            losses = batch_losses(logits, y)
         loss, perturbed = losses[0], losses[1:]
         set_gradient(
             self.head,
@@ -226,15 +241,38 @@ class HybridVFL(VFLModule):
         return loss.float(), logits[0].float()
 
     def protocol_step(self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor):
-        """One server iteration; returns (loss, logits). ``last_ages`` holds the table ages."""
+        """Every server iteration of one batch; returns (mean loss, logits of the last one).
+
+        ``last_ages`` holds the table ages the server used: the (B, M) ages of each iteration,
+        concatenated along the rows.
+        """
         if self.table is None:
             raise RuntimeError("the embedding table is filled at train start: call trainer.fit")
-        party_opts, server_opt = self.split_optimizers()
-        iteration = int(self.global_step)
-        generator = self.generator("train")
-        active = self.active_clients()
-        self.observations = {}
+        losses, ages = [], []
+        for active in self.schedule():
+            iteration = int(self.global_step)
+            loss, logits = self.server_iteration(active, xs, y, idx)
+            losses.append(loss.detach())
+            ages.append(self.table.ages(idx, iteration))
+        self.last_ages = torch.cat(ages)
+        return torch.stack(losses).mean(), logits
 
+    def server_iteration(self, active: list[int], xs, y, idx):
+        """Algorithm 1, one iteration with the ``active`` clients; returns (loss, logits)."""
+        iteration = int(self.global_step)
+        queries, outputs = self.clients_send(active, xs, idx, iteration)
+        self.refresh_stale(xs, idx, iteration)
+        columns = self.table.read(idx)
+        received = self.answer_queries(queries, columns, y)
+        loss, logits = self.update_server(columns, outputs, received, y)
+        self.update_clients(active, queries, outputs, received)
+        self.wire.end_round()
+        return loss, logits
+
+    def clients_send(self, active, xs, idx, iteration):
+        """Step 1, client side: queries of ZOO clients, outputs (with graph) of FOO clients; the
+        server writes the received c into its table."""
+        generator = self.generator("train")
         queries: dict[int, ZooQuery] = {}
         outputs: dict[int, torch.Tensor] = {}
         for m in active:
@@ -248,9 +286,26 @@ class HybridVFL(VFLModule):
                 outputs[m] = self.parties[m](xs[m])
                 embedding = self.wire.send(UPLINK, m, outputs[m], kind="embedding")
             self.table.write(idx, m, embedding, iteration)
-        self.last_ages = self.table.ages(idx, iteration)
-        columns = self.table.read(idx)
+        return queries, outputs
 
+    def refresh_stale(self, xs, idx, iteration: int) -> None:
+        """Bounded delay: every entry of the batch older than ``max_staleness`` iterations is
+        recomputed by its client and sent again (no update), before the server reads it."""
+        if self.max_staleness is None:
+            return
+        stale = self.table.ages(idx, iteration) > self.max_staleness
+        for m in range(self.num_parties):
+            rows = stale[:, m].nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            with torch.no_grad():
+                fresh = self.parties[m](xs[m][rows])
+            sent = self.wire.send(UPLINK, m, fresh, kind="refreshed_embedding")
+            self.table.write(idx[rows], m, sent, iteration)
+            self.refreshes += int(rows.numel())
+
+    def answer_queries(self, queries, columns, y) -> dict[int, torch.Tensor]:
+        """Step 2: [h, h_hat_1..h_hat_q] for each ZOO query, from the head before its update."""
         received: dict[int, torch.Tensor] = {}
         if queries:
             head_parameters = unflatten_parameters(self.head, flat_parameters(self.head))
@@ -259,10 +314,12 @@ class HybridVFL(VFLModule):
                 received[m] = self.wire.send(
                     DOWNLINK, m, losses, bits_per_element=LOSS_BITS, kind="loss"
                 )
-                self.observations[m] = ClientObservation(
-                    "loss", received[m], query.perturbed - query.embedding
-                )
+        return received
 
+    def update_server(self, columns, outputs, received, y):
+        """Step 3, server: backprop on the head (dL/dc to each FOO client) or its own ZOO
+        estimate; the server optimizer steps. Returns (loss, logits)."""
+        _, server_opt = self.split_optimizers()
         server_opt.zero_grad()
         if self.server_update == "foo":
             inputs = list(columns)
@@ -273,10 +330,14 @@ class HybridVFL(VFLModule):
             self.manual_backward(loss)
             for m in outputs:
                 received[m] = self.wire.send(DOWNLINK, m, inputs[m].grad, kind="gradient")
-                self.observations[m] = ClientObservation("gradient", received[m])
         else:
-            loss, logits = self.zoo_server_gradient(columns, y, generator)
+            loss, logits = self.zoo_server_gradient(columns, y, self.generator("train"))
+        server_opt.step()
+        return loss, logits
 
+    def update_clients(self, active, queries, outputs, received) -> None:
+        """Step 3, clients: eq. 3 from the returned losses, or backprop of dL/dc; one step each."""
+        party_opts, _ = self.split_optimizers()
         for m in active:
             opt = party_opts[m]
             opt.zero_grad()
@@ -285,9 +346,6 @@ class HybridVFL(VFLModule):
             else:
                 self.backward_parties([outputs[m]], [received[m]])
             self.step_party(opt)
-        server_opt.step()
-        self.wire.end_round()
-        return loss, logits
 
     def apply_zoo_estimate(self, m: int, query: ZooQuery, losses: torch.Tensor) -> None:
         """Client m's gradient estimate (eq. 3) from the two returned losses, as ``.grad``."""
@@ -306,7 +364,13 @@ class HybridVFL(VFLModule):
         ages = self.last_ages.float()
         self.log("async/staleness_mean", ages.mean(), on_step=False, on_epoch=True)
         self.log("async/staleness_max", ages.max(), on_step=False, on_epoch=True, reduce_fx="max")
+        if self.max_staleness is not None:
+            refreshes = float(self.refreshes)
+            self.log("async/refreshes", refreshes, on_step=False, on_epoch=True, reduce_fx="max")
         return loss
+
+    def results(self) -> dict:
+        return super().results() | {"async/refreshes": self.refreshes}
 
     # ----------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -314,6 +378,7 @@ class HybridVFL(VFLModule):
         checkpoint["async"] = {
             "activation": self.activation.state_dict(),
             "table": None if self.table is None else self.table.state_dict(),
+            "refreshes": self.refreshes,
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -324,5 +389,6 @@ class HybridVFL(VFLModule):
                 f"checkpoint has no 'async' state: it was not written by algo={self.name}"
             )
         self.activation.load_state_dict(state["activation"])
+        self.refreshes = int(state["refreshes"])
         self.table = None
         self._pending_table = state["table"]

@@ -26,8 +26,7 @@ from torchmetrics.classification import (
 from vfl_lightning.errors import NonFiniteLoss
 from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
 from vfl_lightning.parallel import FederationDDPStrategy, RowShares
-from vfl_lightning.wire import SimulatedClock, Wire
-from vfl_lightning.wire.clock import DelayModel
+from vfl_lightning.wire import Network, SimulatedClock, Wire
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
 EVAL_STAGES = ("val", "test")
@@ -81,7 +80,7 @@ class VFLModule(L.LightningModule):
         name: str = "vfl",
         server_optimizer: OptimizerFactory | None = None,
         seed: int = 0,
-        delay_model: DelayModel | None = None,
+        network: Network | None = None,
         transcript_size: int = 0,
         server_party: nn.Module | None = None,
     ) -> None:
@@ -99,7 +98,7 @@ class VFLModule(L.LightningModule):
                 "mechanism",
                 "optimizer",
                 "server_optimizer",
-                "delay_model",
+                "network",
                 "server_party",
             ]
         )
@@ -113,7 +112,8 @@ class VFLModule(L.LightningModule):
         self.num_classes = int(num_classes)
         self.seed = int(seed)
         self.widths = [int(p.embedding_dim) for p in self.parties]
-        self.wire = Wire(len(self.parties), SimulatedClock(delay_model), transcript_size)
+        clock = SimulatedClock(network, len(self.parties), self.seed)
+        self.wire = Wire(len(self.parties), clock, transcript_size)
         self.train_metrics = make_metrics(self.num_classes, "train")
         self.val_metrics = make_metrics(self.num_classes, "val")
         self.test_metrics = make_metrics(self.num_classes, "test")

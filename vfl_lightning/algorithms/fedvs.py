@@ -1,7 +1,7 @@
-"""FedVS (Algorithm 1, lines 11-36) and its Wait / Ignore / Wait-DP baselines on one simulated clock.
+"""FedVS (Algorithm 1) and its Wait / Ignore / Wait-DP baselines on the run's simulated clock.
 
-All four use polynomial-network parties, segment batches (|B| positions from each of K segments),
-the §6.2 straggler delays and message times from real sizes; only the aggregation differs.
+All four use polynomial-network parties, segment batches (|B| positions from each of K segments)
+and the network's costs and stragglers (``conf/network/fedvs.yaml``); only the aggregation differs.
 """
 
 from __future__ import annotations
@@ -13,23 +13,21 @@ import torch
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.data.segments import SegmentedDataModule
-from vfl_lightning.mechanisms.analytic_gaussian import analytic_gaussian_sigma, privatize_embedding
+from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec
 from vfl_lightning.mechanisms.field import DEFAULT_PRIME
 from vfl_lightning.models.pn import PolynomialNetwork
 from vfl_lightning.wire import DOWNLINK, PEER, UPLINK
+from vfl_lightning.wire.fedvs_costs import FedVSCosts, data_sharing_seconds, fedvs_costs
 from vfl_lightning.wire.stragglers import (
     RoundTiming,
-    StragglerDelays,
     fedvs_timing,
     model_sharing_scale,
-    transfer_seconds,
     wait_timing,
 )
 
 STRATEGIES = ("fedvs", "wait", "ignore", "wait_dp")
 SHORTFALL_POLICIES = ("raise", "wait")
-FLOAT_BITS = 32
 
 
 class StragglerShortfall(RuntimeError):
@@ -46,14 +44,14 @@ class FedVSFamily(VFLModule):
     - ``wait``: plain average of all N embeddings (waits for the slowest client).
     - ``ignore``: average of the embeddings that arrived within the time FedVS would have waited in
       the same round (same delay draws); only those clients get a gradient.
-    - ``wait_dp``: ``wait`` on embeddings clipped to L2 norm ``dp_clip`` per sample plus Gaussian
-      noise calibrated by the analytic Gaussian mechanism to (``dp_epsilon``, ``dp_delta``) per
-      release, sensitivity 2 * dp_clip.
+    - ``wait_dp``: ``wait`` on embeddings privatized by ``dp`` (:class:`WaitDP`: clipped to an L2
+      norm per sample plus Gaussian noise calibrated by the analytic Gaussian mechanism).
 
     Every party model is projected to |w| <= ``weight_bound`` after each step (the paper's bounded
     parameters, Assumption 4), which with the data range makes the overflow pre-check a guarantee.
-    Local compute times are modelled as multiply-adds / ``macs_per_second`` (field MACs cost
-    ``field_op_cost`` float MACs: three float64 products per limb-split field product).
+    Time: message sizes, compute rates and the §6.2 straggler delays come from the run's
+    :class:`~vfl_lightning.wire.Network` (``network=fedvs``, set by the algo files); a round lasts
+    as :func:`fedvs_timing` / :func:`wait_timing` say.
     """
 
     def __init__(
@@ -72,20 +70,10 @@ class FedVSFamily(VFLModule):
         l_w: int = 8,
         prime: int = DEFAULT_PRIME,
         weight_bound: float = 4.0,
-        fast_mean: float = 0.1,
-        straggler_base: float = 2.0,
-        straggler_slope: float = 4.0,
-        straggler_fraction: float = 0.5,
-        mbps: float = 300.0,
-        macs_per_second: float = 1e9,
-        field_op_cost: float = 3.0,
         deadline_s: float | None = None,
         on_shortfall: str = "raise",
         max_simulated_s: float | None = None,
-        dp_epsilon: float = 5.0,
-        dp_delta: float = 1e-5,
-        dp_clip: float = 1.0,
-        dp_at_eval: bool = True,
+        dp: WaitDP | None = None,
         **kwargs,
     ) -> None:
         super().__init__(parties, head, mechanism, optimizer, num_classes, name=name, **kwargs)
@@ -98,13 +86,11 @@ class FedVSFamily(VFLModule):
         for label, value in (("deadline_s", deadline_s), ("max_simulated_s", max_simulated_s)):
             if value is not None and not value > 0:
                 raise ValueError(f"algo.{label} must be > 0 or null, got {value}")
-        for label, value in (
-            ("mbps", mbps),
-            ("macs_per_second", macs_per_second),
-            ("dp_clip", dp_clip),
-        ):
-            if not value > 0:
-                raise ValueError(f"algo.{label} must be > 0, got {value}")
+        if (strategy == "wait_dp") != (dp is not None):
+            raise ValueError(
+                "algo.dp (the Wait-DP noise) must be set exactly when algo.strategy=wait_dp "
+                f"(use algo=fedvs_wait_dp), got strategy={strategy!r} and dp={dp!r}"
+            )
         bad = [type(p).__name__ for p in self.parties if not isinstance(p, PolynomialNetwork)]
         if bad:
             raise ValueError(
@@ -121,32 +107,16 @@ class FedVSFamily(VFLModule):
         )
         self.K, self.T = K, T
         self.weight_bound = float(weight_bound)
-        self.delays = StragglerDelays(
-            self.num_parties,
-            fast_mean=fast_mean,
-            straggler_base=straggler_base,
-            straggler_slope=straggler_slope,
-            straggler_fraction=straggler_fraction,
-            seed=self.seed + 7177,
-        )
-        self.mbps = float(mbps)
-        self.macs_per_second = float(macs_per_second)
-        self.field_op_cost = float(field_op_cost)
         self.deadline_s = deadline_s
         self.on_shortfall = on_shortfall
         self.max_simulated_s = max_simulated_s
-        self.dp_clip = float(dp_clip)
-        self.dp_at_eval = bool(dp_at_eval)
-        self.dp_sigma = (
-            analytic_gaussian_sigma(epsilon=dp_epsilon, delta=dp_delta, sensitivity=2 * dp_clip)
-            if strategy == "wait_dp"
-            else 0.0
-        )
+        self.dp = dp
         self.val_curve: list[tuple[int, float, float]] = []
         self.shortfall_rounds = 0
         self.data_shared = False
         self.data_sharing_s = 0.0
         self.per_segment_batch = 0
+        self.costs: FedVSCosts | None = None
         self._project_weights()
 
     @classmethod
@@ -166,31 +136,20 @@ class FedVSFamily(VFLModule):
                 f"got {type(datamodule).__name__}"
             )
         self.per_segment_batch = datamodule.per_segment_batch
-        self._cost_model()
-        if self.strategy == "fedvs":
-            self._share_data([x.to(self.device) for x in datamodule.splits["train"].xs])
-
-    def _cost_model(self) -> None:
-        """Message sizes and modelled compute times of one round (host floats, from shapes)."""
-        N, B, h = self.num_parties, self.per_segment_batch, self.widths[0]
-        features = [p.num_power_features for p in self.parties]
-        bits, field, rate = self.codec.element_bits, self.field_op_cost, self.macs_per_second
-        self.model_share_bits = [f * h * bits for f in features]
-        self.share_seconds = np.asarray(
-            [
-                transfer_seconds((N - 1) * s, self.mbps) + N * (self.T + 1) * f * h * field / rate
-                for s, f in zip(self.model_share_bits, features, strict=True)
-            ]
+        self.costs = fedvs_costs(
+            self.wire.clock.network,
+            feature_counts=[p.num_power_features for p in self.parties],
+            width=self.widths[0],
+            per_segment_batch=self.per_segment_batch,
+            K=self.K,
+            T=self.T,
+            threshold=self.codec.threshold,
+            element_bits=self.codec.element_bits,
         )
-        self.coded_compute_s = B * sum(features) * h * field / rate
-        self.coded_upload_s = float(transfer_seconds(B * h * bits, self.mbps))
-        self.decode_s = self.K * self.codec.threshold * B * h * field / rate
-        self.plain_compute_s = np.array([self.K * B * f * h / rate for f in features])
-        self.plain_upload_s = np.full(N, transfer_seconds(self.K * B * h * FLOAT_BITS, self.mbps))
-        self.download_s = float(transfer_seconds(self.K * B * h * FLOAT_BITS, self.mbps))
-        self.update_s = max(2 * self.K * B * f * h / rate for f in features)
+        if self.strategy == "fedvs":
+            self.share_data([x.to(self.device) for x in datamodule.splits["train"].xs])
 
-    def _share_data(self, train_xs: Sequence[torch.Tensor]) -> None:
+    def share_data(self, train_xs: Sequence[torch.Tensor]) -> None:
         """Algorithm 1 lines 1-10, once; charged to the ledger and the clock on a fresh run only."""
         self.codec.check(train_xs, [p.degree for p in self.parties])
         generator = torch.Generator(device=self.device).manual_seed(self.seed * 7919 + 1)
@@ -199,16 +158,15 @@ class FedVSFamily(VFLModule):
         bits = self.codec.share_data(features, generator=generator)
         if self.data_shared:
             return
-        N = self.num_parties
-        seconds = []
         for n, share_bits in enumerate(bits):
-            self.wire.ledger.record(PEER, n, (N - 1) * share_bits, kind="data_share")
-            encode = N * (self.K + self.T) * share_bits / self.codec.element_bits
-            seconds.append(
-                transfer_seconds((N - 1) * share_bits, self.mbps)
-                + encode * self.field_op_cost / self.macs_per_second
-            )
-        self.data_sharing_s = float(max(seconds))
+            self.wire.ledger.record(PEER, n, (self.num_parties - 1) * share_bits, kind="data_share")
+        self.data_sharing_s = data_sharing_seconds(
+            self.wire.clock.network,
+            share_bits=bits,
+            K=self.K,
+            T=self.T,
+            element_bits=self.codec.element_bits,
+        )
         self.wire.clock.advance(self.data_sharing_s)
         self.data_shared = True
 
@@ -227,20 +185,21 @@ class FedVSFamily(VFLModule):
 
     def _draw_delays(self) -> tuple[np.ndarray, np.ndarray]:
         """Model-sharing and upload delays of this round; drawn for every strategy alike."""
+        delays = self.wire.clock.delays
         scale = model_sharing_scale(self.num_parties, self.per_segment_batch)
-        return self.delays.draw(scale), self.delays.draw()
+        return delays.draw(scale), delays.draw()
 
     def _fedvs_timing(self, share_delays: np.ndarray, upload_delays: np.ndarray) -> RoundTiming:
         return fedvs_timing(
-            share_seconds=self.share_seconds,
+            share_seconds=self.costs.share_s,
             share_delays=share_delays,
-            coded_compute_s=self.coded_compute_s,
+            coded_compute_s=self.costs.coded_compute_s,
             upload_delays=upload_delays,
-            upload_seconds=self.coded_upload_s,
+            upload_seconds=self.costs.coded_upload_s,
             threshold=self.codec.threshold,
-            server_s=self.decode_s,
-            download_s=self.download_s,
-            update_s=self.update_s,
+            server_s=self.costs.decode_s,
+            download_s=self.costs.download_s,
+            update_s=self.costs.update_s,
         )
 
     def _check_shortfall(self, timing: RoundTiming) -> None:
@@ -259,19 +218,40 @@ class FedVSFamily(VFLModule):
         self.shortfall_rounds += 1
 
     def fedvs_round(self, xs, y, positions):
-        """Algorithm 1 lines 13-35 for one batch; returns (loss, logits)."""
+        """Algorithm 1 lines 11-35 for one batch; returns (loss, logits)."""
         party_opts, server_opt = self.split_optimizers()
-        N = self.num_parties
+        self.share_models()
+        # when each coded embedding arrives; the server takes the first R (lines 21-27)
+        timing = self._fedvs_timing(*self._draw_delays())
+        self._check_shortfall(timing)
+        responders = list(timing.used)
+        received = self.upload_coded_embeddings(positions, responders)
+        # lines 28-30: interpolate psi, evaluate at beta_1..beta_K, dequantize the average
+        fused = self.codec.decode_average(torch.stack(received), responders)
+        fused = fused.to(torch.float32).requires_grad_()
+        # line 31: the server's update, and dL/dH broadcast to every client
+        logits = self.head(fused)
+        loss = self.loss_fn(logits, y)
+        server_opt.zero_grad()
+        self.manual_backward(loss)
+        gradients = self.wire.downlink([fused.grad] * self.num_parties)
+        self.update_clients(party_opts, xs, gradients)
+        server_opt.step()
+        self._close_round(timing)
+        return loss, logits
+
+    def share_models(self) -> None:
+        """Lines 13-20: each client quantizes its model and sends N-1 masked Lagrange shares."""
         share_bits = self.codec.share_models(
             [p.weight for p in self.parties], generator=self.generator("train")
         )
         for n, bits in enumerate(share_bits):
-            self.wire.ledger.record(PEER, n, (N - 1) * bits, kind="model_share")
-        timing = self._fedvs_timing(*self._draw_delays())
-        self._check_shortfall(timing)
-        responders = list(timing.used)
+            self.wire.ledger.record(PEER, n, (self.num_parties - 1) * bits, kind="model_share")
+
+    def upload_coded_embeddings(self, positions, responders: list[int]) -> list[torch.Tensor]:
+        """Lines 21-24, 27: the coded embeddings (eq. 5) of the first R clients reach the server."""
         coded = self.codec.coded_embeddings(positions, clients=responders)
-        received = [
+        return [
             self.wire.send(
                 UPLINK,
                 n,
@@ -281,20 +261,14 @@ class FedVSFamily(VFLModule):
             )
             for i, n in enumerate(responders)
         ]
-        average = self.codec.decode_average(torch.stack(received), responders)
-        fused = average.to(torch.float32).requires_grad_()
-        logits = self.head(fused)
-        loss = self.loss_fn(logits, y)
-        server_opt.zero_grad()
-        self.manual_backward(loss)
-        gradients = self.wire.downlink([fused.grad] * N)
+
+    def update_clients(self, party_opts, xs, gradients) -> None:
+        """Lines 32-35: each client back-propagates (1/N) dL/dH through its plaintext embedding."""
+        N = self.num_parties
         for opt, h, g in zip(party_opts, self.embed(xs), gradients, strict=True):
             opt.zero_grad()
             self.manual_backward(h, gradient=g / N)
             self.step_party(opt)
-        server_opt.step()
-        self._close_round(timing)
-        return loss, logits
 
     def baseline_round(self, xs, y):
         """Wait / Ignore / Wait-DP: plain embeddings of the clients the server waits for."""
@@ -304,22 +278,19 @@ class FedVSFamily(VFLModule):
         if self.strategy == "ignore":
             deadline = self._fedvs_timing(share_delays, upload_delays).decision_s
         timing = wait_timing(
-            compute_s=self.plain_compute_s,
+            compute_s=self.costs.plain_compute_s,
             upload_delays=upload_delays,
-            upload_seconds=self.plain_upload_s,
+            upload_seconds=self.costs.plain_upload_s,
             server_s=0.0,
-            download_s=self.download_s,
-            update_s=self.update_s,
+            download_s=self.costs.download_s,
+            update_s=self.costs.update_s,
             deadline_s=deadline,
         )
         used = sorted(timing.used)
         outputs = [self.parties[n](xs[n]) for n in used]
-        if self.strategy == "wait_dp":
+        if self.dp is not None:
             gen = self.generator("train")
-            outputs = [
-                privatize_embedding(h, clip=self.dp_clip, sigma=self.dp_sigma, generator=gen)
-                for h in outputs
-            ]
+            outputs = [self.dp(h, gen) for h in outputs]
         received = [
             self.wire.send(UPLINK, n, h.detach(), kind="embedding")
             for n, h in zip(used, outputs, strict=True)
@@ -340,8 +311,7 @@ class FedVSFamily(VFLModule):
 
     def _close_round(self, timing: RoundTiming) -> None:
         self._project_weights()
-        self.wire.clock.advance(timing.duration_s)
-        self.wire.end_round()
+        self.wire.end_round(duration_s=timing.duration_s)
         self.log("fedvs/used_clients", float(len(timing.used)), on_step=False, on_epoch=True)
         self.log("fedvs/round_s", timing.duration_s, on_step=False, on_epoch=True)
 
@@ -352,14 +322,11 @@ class FedVSFamily(VFLModule):
 
     # ----------------------------------------------------------------- evaluation
     def server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor:
-        """Plain average of the real-valued embeddings (noisy ones for Wait-DP with dp_at_eval)."""
+        """Plain average of the real-valued embeddings (noisy ones for Wait-DP with at_eval)."""
         embeddings = self.embed(xs)
-        if self.strategy == "wait_dp" and self.dp_at_eval:
+        if self.dp is not None and self.dp.at_eval:
             gen = self.generator(stage)
-            embeddings = [
-                privatize_embedding(h, clip=self.dp_clip, sigma=self.dp_sigma, generator=gen)
-                for h in embeddings
-            ]
+            embeddings = [self.dp(h, gen) for h in embeddings]
         return torch.stack(embeddings).mean(0)
 
     def on_validation_end(self) -> None:
@@ -378,7 +345,7 @@ class FedVSFamily(VFLModule):
             "fedvs/R": self.codec.threshold,
             "fedvs/shortfall_rounds": self.shortfall_rounds,
             "fedvs/data_sharing_s": self.data_sharing_s,
-            "fedvs/dp_sigma": self.dp_sigma,
+            "fedvs/dp_sigma": 0.0 if self.dp is None else self.dp.sigma,
             "fedvs/val_curve": [list(point) for point in self.val_curve],
         }
         return out
@@ -387,7 +354,6 @@ class FedVSFamily(VFLModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         super().on_save_checkpoint(checkpoint)
         checkpoint["fedvs"] = {
-            "delays": self.delays.state_dict(),
             "val_curve": list(self.val_curve),
             "shortfall_rounds": self.shortfall_rounds,
             "data_shared": self.data_shared,
@@ -397,7 +363,6 @@ class FedVSFamily(VFLModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
         state = checkpoint["fedvs"]
-        self.delays.load_state_dict(state["delays"])
         self.val_curve = [tuple(point) for point in state["val_curve"]]
         self.shortfall_rounds = int(state["shortfall_rounds"])
         self.data_shared = bool(state["data_shared"])

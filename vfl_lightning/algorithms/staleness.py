@@ -13,8 +13,10 @@ class ClientActivation:
 
     With ``speeds`` s_m each client finishes its work after an exponential time of rate s_m, so
     the next message comes from client m with probability s_m / sum(s) (equal speeds by
-    default). ``order`` replaces the draw by a fixed sequence, repeated. Draws come from a CPU
-    generator seeded with ``seed`` (no device synchronization); its state is checkpointed.
+    default): :meth:`next`. When every client must process the same batch once (an epoch of
+    client passes), :meth:`next_pass` orders the M clients by such exponential finishing times.
+    ``order`` replaces the draws by a fixed sequence, repeated. Draws come from a CPU generator
+    seeded with ``seed`` (no device synchronization); its state is checkpointed.
     """
 
     def __init__(
@@ -54,6 +56,20 @@ class ClientActivation:
             client = int(torch.multinomial(self.probabilities, 1, generator=self.generator))
         self.position += 1
         return client
+
+    def next_pass(self) -> list[int]:
+        """Every client once, in the order they finish: argsort of Exp(s_m) times, or the next
+        M entries of ``order``."""
+        if self.order is not None:
+            clients = [
+                self.order[(self.position + k) % len(self.order)] for k in range(self.num_clients)
+            ]
+        else:
+            uniform = torch.rand(self.num_clients, generator=self.generator, dtype=torch.float64)
+            finish = -torch.log1p(-uniform) / torch.tensor(self.speeds, dtype=torch.float64)
+            clients = torch.argsort(finish).tolist()
+        self.position += self.num_clients
+        return clients
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state(), "position": self.position}

@@ -1,13 +1,16 @@
 """Zeroth-order optimization math (plain torch): random directions and the two-point gradient
-estimator of the cascaded-hybrid paper (eq. 2-3), plus flat views of a model's parameters."""
+estimator of the cascaded-hybrid paper (eq. 2-3), a client's query, flat parameter views."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from math import prod
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 
 DIRECTIONS = ("gaussian", "sphere")
 ZOO_SPACES = ("params", "output")
@@ -90,3 +93,33 @@ def set_gradient(module: nn.Module, flat_gradient: torch.Tensor) -> None:
     pieces = unflatten_parameters(module, flat_gradient)
     for name, p in module.named_parameters():
         p.grad = pieces[name].to(p.dtype)
+
+
+@dataclass
+class ZooQuery:
+    """Client m's query: c and the q perturbed outputs c_hat_k (float64), the directions u_k it
+    keeps to itself, and (``zoo_space='output'``) its float32 output with the autograd graph."""
+
+    embedding: torch.Tensor
+    perturbed: torch.Tensor
+    directions: torch.Tensor
+    output: torch.Tensor | None
+
+
+def perturbed_outputs(
+    model: nn.Module, flat_weights: torch.Tensor, x: torch.Tensor
+) -> torch.Tensor:
+    """``model`` evaluated in float64 at each row of ``flat_weights``, shape (K, B, ...)."""
+    x64 = x.double()
+
+    def evaluate(w):
+        return functional_call(model, unflatten_parameters(model, w), (x64,))
+
+    return torch.func.vmap(evaluate)(flat_weights)
+
+
+def batch_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Batch-mean cross-entropy of each of K stacked logit batches (K, B, C) -> (K,)."""
+    k, b = logits.shape[:2]
+    per_sample = F.cross_entropy(logits.reshape(k * b, -1), y.repeat(k), reduction="none")
+    return per_sample.reshape(k, b).mean(1)

@@ -1,8 +1,11 @@
-"""Vertical data: dataset loaders, partitions, and the VerticalDataModule."""
+"""Vertical data: dataset loaders, partitions, and the VerticalDataModule.
 
-from vfl_lightning.data.datamodule import VerticalDataModule
-from vfl_lightning.data.datasets import LOADERS, RawDataset, binary_view, load_dataset
+Loaders and partitions are plain numpy; the Lightning data module is imported on first use.
+"""
+
+from vfl_lightning.data.datasets import LOADERS, load_dataset
 from vfl_lightning.data.partition import PARTITIONS, PartySlice, make_partition
+from vfl_lightning.data.raw import RawDataset, binary_view
 
 __all__ = [
     "LOADERS",
@@ -14,3 +17,11 @@ __all__ = [
     "load_dataset",
     "make_partition",
 ]
+
+
+def __getattr__(name: str):
+    if name == "VerticalDataModule":
+        from vfl_lightning.data.datamodule import VerticalDataModule
+
+        return VerticalDataModule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

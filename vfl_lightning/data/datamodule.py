@@ -14,8 +14,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from vfl_lightning.data.datasets import RawDataset, binary_view, load_dataset
+from vfl_lightning.data.datasets import load_dataset
 from vfl_lightning.data.partition import PartySlice, make_partition
+from vfl_lightning.data.raw import RawDataset, binary_view
 from vfl_lightning.data.resumable import ResumableLoader
 
 STAGES = ("train", "val", "test")

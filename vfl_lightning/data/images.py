@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from vfl_lightning.data.datasets import RawDataset
 from vfl_lightning.data.download import (
     RemoteFile,
     dataset_folder,
@@ -21,6 +20,7 @@ from vfl_lightning.data.download import (
     verify,
 )
 from vfl_lightning.data.formats import read_cifar_batch, read_idx, read_zip_member
+from vfl_lightning.data.raw import RawDataset
 
 MNIST_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 # SHA-256 as published in tensorflow/datasets url_checksums/mnist.txt.

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from vfl_lightning.data.datasets import RawDataset
 from vfl_lightning.data.download import (
     DatasetUnavailableError,
     RemoteFile,
@@ -24,6 +23,7 @@ from vfl_lightning.data.download import (
     verify,
 )
 from vfl_lightning.data.formats import read_arff, read_zip_member, read_zip_members
+from vfl_lightning.data.raw import RawDataset
 
 UCI = "https://archive.ics.uci.edu/static/public/"
 # SHA-256 of UCI's archive of dataset 240, as pinned by several independent public projects.

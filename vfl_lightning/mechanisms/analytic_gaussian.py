@@ -21,9 +21,9 @@ def gaussian_delta(*, sigma: float, epsilon: float, sensitivity: float) -> float
 def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
     """Smallest sigma whose Gaussian mechanism is (epsilon, delta)-DP (bisection, rel. tol 1e-9)."""
     if not epsilon > 0:
-        raise ValueError(f"algo.dp_epsilon must be > 0, got {epsilon}")
+        raise ValueError(f"algo.dp.epsilon must be > 0, got {epsilon}")
     if not 0 < delta < 1:
-        raise ValueError(f"algo.dp_delta must be in (0, 1), got {delta}")
+        raise ValueError(f"algo.dp.delta must be in (0, 1), got {delta}")
     if not sensitivity > 0:
         raise ValueError(f"sensitivity must be > 0, got {sensitivity}")
     low, high = 1e-6 * sensitivity, sensitivity
@@ -52,3 +52,21 @@ def privatize_embedding(
         embedding.shape, generator=generator, dtype=embedding.dtype, device=embedding.device
     )
     return clip_rows(embedding, clip) + sigma * noise
+
+
+class WaitDP:
+    """The Wait-DP baseline's noise (FedVS §6.2): every embedding row clipped to L2 norm ``clip``
+    plus N(0, σ²), σ from :func:`analytic_gaussian_sigma` for (``epsilon``, ``delta``) per
+    release with sensitivity 2·clip; ``at_eval``: validation and test see noisy embeddings too."""
+
+    def __init__(
+        self, epsilon: float = 5.0, delta: float = 1e-5, clip: float = 1.0, at_eval: bool = True
+    ) -> None:
+        if not clip > 0:
+            raise ValueError(f"algo.dp.clip must be > 0, got {clip}")
+        self.clip = float(clip)
+        self.at_eval = bool(at_eval)
+        self.sigma = analytic_gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=2 * clip)
+
+    def __call__(self, embedding: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        return privatize_embedding(embedding, clip=self.clip, sigma=self.sigma, generator=generator)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from vfl_lightning.mechanisms.base import Mechanism, fuse_tensors
-from vfl_lightning.mechanisms.pbm import check_pbm_parameters
+from vfl_lightning.privacy.parameters import check_pbm_parameters
 
 
 def matched_sigma(*, b: int, beta: float, num_parties: int) -> float:

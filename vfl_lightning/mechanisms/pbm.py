@@ -12,27 +12,9 @@ import torch
 
 from vfl_lightning.mechanisms.base import Mechanism
 from vfl_lightning.mechanisms.secure_agg import PairwiseMasking, ring_bits
+from vfl_lightning.privacy.parameters import check_pbm_parameters
 
 INVERSE_CDF_MAX_TRIALS = 20
-
-
-def check_pbm_parameters(b, beta, C) -> tuple[int, float, float]:
-    """Validate (b, beta, C) as the paper requires: b ∈ ℕ, β ∈ (0, 1/4], C > 0."""
-    if isinstance(b, bool) or not float(b).is_integer() or int(b) < 1:
-        raise ValueError(f"b must be an integer >= 1, got {b!r}")
-    beta = float(beta)
-    if not 0.0 <= beta <= 0.25:
-        raise ValueError(f"beta must be in (0, 0.25] for PBM, got {beta}")
-    if beta == 0.0:
-        raise ValueError(
-            "beta must be in (0, 0.25] for PBM, got 0: beta = 0 makes p = 1/2 for every input, so "
-            "the release carries no signal and the estimate (C / (beta b)) (sum q - b M / 2) "
-            "divides by zero"
-        )
-    C = float(C)
-    if not C > 0.0:
-        raise ValueError(f"C must be > 0, got {C}")
-    return int(b), beta, C
 
 
 class PBM(Mechanism):

@@ -1,6 +1,6 @@
 """Privacy accountant for PBM-VFL and its LDP baseline: records training releases, reports (ε, δ).
 
-The math lives in :mod:`vfl_lightning.privacy.analysis`; this object keeps history and state.
+Every formula is in :mod:`vfl_lightning.privacy.analysis`; this object keeps history and state.
 """
 
 from __future__ import annotations
@@ -13,39 +13,47 @@ from vfl_lightning.mechanisms.ldp import GaussianLDP
 from vfl_lightning.mechanisms.pbm import PBM
 from vfl_lightning.privacy.analysis import (
     DEFAULT_ORDERS,
-    compose,
-    gaussian_rdp,
-    pbm_rdp,
+    ldp_feature_rdp,
+    ldp_sample_rdp,
+    pbm_feature_rdp,
+    pbm_sample_rdp,
     rdp_to_dp,
 )
 
+LEVELS = ("feature", "sample")
 
-def per_release_rdp(
-    mechanism, *, embedding_dim: int, orders: Sequence[float]
-) -> dict[str, np.ndarray]:
-    """ε(α) of releasing one sample's P-dimensional fused embedding once, feature and sample level.
 
-    PBM: the exact per-coordinate ε(α) of :func:`pbm_rdp` times P (coordinates are independent
-    releases). LDP: every party's noisy embedding is seen on its own, L2 sensitivity 2C√P; sample
-    privacy composes the M party releases.
-    """
-    if isinstance(mechanism, PBM):
-        common = dict(
-            orders=orders, b=mechanism.b, beta=mechanism.beta, num_parties=mechanism.num_parties
+def check_accounted(mechanism) -> None:
+    """Refuse a mechanism the accountant has no analysis for."""
+    if not isinstance(mechanism, (PBM, GaussianLDP)):
+        raise TypeError(
+            f"no privacy accounting for mechanism {type(mechanism).__name__}; use PBM or "
+            "GaussianLDP"
         )
-        feature = pbm_rdp(**common, num_changed=1)
-        sample = pbm_rdp(**common, num_changed=mechanism.num_parties)
-        return {
-            "feature": compose(feature, count=embedding_dim),
-            "sample": compose(sample, count=embedding_dim),
-        }
-    if isinstance(mechanism, GaussianLDP):
-        sensitivity = 2.0 * mechanism.C * float(embedding_dim) ** 0.5
-        feature = gaussian_rdp(orders=orders, sensitivity=sensitivity, sigma=mechanism.sigma)
-        return {"feature": feature, "sample": compose(feature, count=mechanism.num_parties)}
-    raise TypeError(
-        f"no privacy accounting for mechanism {type(mechanism).__name__}; use PBM or GaussianLDP"
-    )
+
+
+def composed_rdp(
+    mechanism, level: str, *, orders: Sequence[float], embedding_dim: int, uses: float
+) -> np.ndarray:
+    """The RDP curve after ``uses`` releases of every training sample's P-dim fused embedding.
+
+    Only picks the :mod:`vfl_lightning.privacy.analysis` function of ``mechanism`` and ``level``
+    and passes the mechanism's parameters: PBM's exact ε(α) (:func:`pbm_feature_rdp`,
+    :func:`pbm_sample_rdp`), the LDP baseline's Gaussian ε(α) (:func:`ldp_feature_rdp`,
+    :func:`ldp_sample_rdp`).
+    """
+    check_accounted(mechanism)
+    if level not in LEVELS:
+        raise ValueError(f"privacy level must be one of {LEVELS}, got {level!r}")
+    common = {"orders": orders, "embedding_dim": embedding_dim, "uses": uses}
+    if isinstance(mechanism, PBM):
+        pbm = {"b": mechanism.b, "beta": mechanism.beta, "num_parties": mechanism.num_parties}
+        analysis = pbm_feature_rdp if level == "feature" else pbm_sample_rdp
+        return analysis(**common, **pbm)
+    ldp = {"sigma": mechanism.sigma, "C": mechanism.C}
+    if level == "feature":
+        return ldp_feature_rdp(**common, **ldp)
+    return ldp_sample_rdp(**common, **ldp, num_parties=mechanism.num_parties)
 
 
 class PrivacyAccountant:
@@ -79,9 +87,8 @@ class PrivacyAccountant:
         self.embedding_dim = int(embedding_dim)
         self.num_samples = int(num_samples)
         self.delta = float(delta)
-        self._per_release = per_release_rdp(
-            mechanism, embedding_dim=self.embedding_dim, orders=self.orders
-        )
+        check_accounted(mechanism)
+        self.mechanism = mechanism
         self.mechanism_state = {"name": type(mechanism).__name__, **mechanism.state_dict()}
         self.samples_released = 0
         self.epoch_history: list[int] = []
@@ -101,7 +108,13 @@ class PrivacyAccountant:
 
     def rdp(self, level: str) -> np.ndarray:
         """The composed RDP curve over ``orders`` for ``level`` 'feature' or 'sample'."""
-        return compose(self._per_release[level], count=self.uses)
+        return composed_rdp(
+            self.mechanism,
+            level,
+            orders=self.orders,
+            embedding_dim=self.embedding_dim,
+            uses=self.uses,
+        )
 
     def epsilon(self, level: str) -> tuple[float, float]:
         """(ε, optimal α) at ``delta``; (0, nan) before any release."""

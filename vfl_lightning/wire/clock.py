@@ -1,38 +1,26 @@
-"""Simulated clock and message delay models (seconds on a simulated timeline)."""
+"""The simulated clock: seconds on one timeline per run, moved by every protocol's rounds through
+its :class:`Network` (message sizes, latency, stragglers)."""
 
 from __future__ import annotations
 
-import numpy as np
+from vfl_lightning.wire.network import Network
 
-
-class DelayModel:
-    """Zero latency: every message arrives at once. Subclasses draw per-party delays."""
-
-    def delays(self, num_parties: int, bits: list[int] | None = None) -> np.ndarray:
-        return np.zeros(num_parties)
-
-
-class Bandwidth(DelayModel):
-    """Transfer time of ``bits`` at ``mbps`` megabits per second, plus a fixed ``latency_s``."""
-
-    def __init__(self, mbps: float = 300.0, latency_s: float = 0.0) -> None:
-        if mbps <= 0:
-            raise ValueError(f"mbps must be > 0, got {mbps}")
-        if latency_s < 0:
-            raise ValueError(f"latency_s must be >= 0, got {latency_s}")
-        self.mbps = mbps
-        self.latency_s = latency_s
-
-    def delays(self, num_parties: int, bits: list[int] | None = None) -> np.ndarray:
-        sizes = np.zeros(num_parties) if bits is None else np.asarray(bits, dtype=np.float64)
-        return self.latency_s + sizes / (self.mbps * 1e6)
+STRAGGLER_SEED_OFFSET = 7177
 
 
 class SimulatedClock:
-    """Simulated wall time. A synchronous round lasts as long as its slowest party's messages."""
+    """Simulated wall time of a run with ``num_parties`` parties on ``network``.
 
-    def __init__(self, delay_model: DelayModel | None = None) -> None:
-        self.delay_model = delay_model or DelayModel()
+    A plain round (:meth:`sync_round`) lasts as long as its slowest participating party: the
+    parties that sent anything upload (straggler delay + transfer), then the server's replies
+    come down (transfer); compute is not charged there. Protocols with their own timeline (FedVS)
+    compute a round's length from the same network and :meth:`advance` by it. The straggler draws
+    come from a generator seeded by ``seed`` and are checkpointed with the time.
+    """
+
+    def __init__(self, network: Network | None = None, num_parties: int = 1, seed: int = 0) -> None:
+        self.network = network or Network()
+        self.delays = self.network.stragglers(num_parties, seed + STRAGGLER_SEED_OFFSET)
         self.now = 0.0
 
     def advance(self, seconds: float) -> float:
@@ -42,13 +30,24 @@ class SimulatedClock:
         return self.now
 
     def sync_round(self, uplink_bits: list[int], downlink_bits: list[int]) -> float:
-        """Advance by the slowest party's uplink plus the slowest downlink; return the new time."""
-        up = self.delay_model.delays(len(uplink_bits), uplink_bits)
-        down = self.delay_model.delays(len(downlink_bits), downlink_bits)
-        return self.advance(float(up.max(initial=0.0)) + float(down.max(initial=0.0)))
+        """Advance by the slowest participating upload plus the slowest download; return now."""
+        taking_part = [
+            m for m, (up, down) in enumerate(zip(uplink_bits, downlink_bits)) if up or down
+        ]
+        if not taking_part:
+            return self.now
+        delays = self.delays.draw() if self.network.has_stragglers else None
+        transfer = self.network.link_seconds
+        upload = max(
+            transfer(uplink_bits[m]) + (0.0 if delays is None else float(delays[m]))
+            for m in taking_part
+        )
+        download = max(transfer(downlink_bits[m]) for m in taking_part)
+        return self.advance(upload + download)
 
     def state_dict(self) -> dict:
-        return {"now": self.now}
+        return {"now": self.now, "delays": self.delays.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.now = float(state["now"])
+        self.delays.load_state_dict(state["delays"])

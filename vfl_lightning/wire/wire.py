@@ -1,12 +1,13 @@
 """The wire: every value that crosses between parties and the server goes through it.
 
-It counts bits in the :class:`Ledger`, moves the :class:`SimulatedClock`, and keeps what the
-receiving side observed last (``observed``), so attacks and tests can look at exactly that.
+It counts bits in the :class:`Ledger`, moves the :class:`SimulatedClock`, and keeps what each
+party exchanged (``observed``, ``exchanged``), so attacks and tests can look at exactly that.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -21,8 +22,22 @@ def tensor_bits(tensor: torch.Tensor, bits_per_element: int | None = None) -> in
     return tensor.numel() * width
 
 
+@dataclass(frozen=True)
+class Message:
+    """One message as a party saw it: sent (``up``) or received (``down``), its kind, its value."""
+
+    direction: str
+    kind: str
+    payload: torch.Tensor
+
+
 class Wire:
-    """Sends messages between M parties and the server, counting and timing them."""
+    """Sends messages between M parties and the server, counting and timing them.
+
+    What a party saw: ``observed[direction][m]`` is the last payload in each direction, and
+    ``exchanged[m]`` every message of the last round in which party m took part, with
+    ``exchanged_round[m]`` that round's number (attacks read a party's view from here).
+    """
 
     def __init__(
         self, num_parties: int, clock: SimulatedClock | None = None, transcript_size: int = 0
@@ -31,6 +46,8 @@ class Wire:
         self.ledger = Ledger(num_parties, transcript_size)
         self.clock = clock or SimulatedClock()
         self.observed: dict[str, dict[int, torch.Tensor]] = {UPLINK: {}, DOWNLINK: {}, PEER: {}}
+        self.exchanged: list[list[Message]] = [[] for _ in range(num_parties)]
+        self.exchanged_round = [-1] * num_parties
         self._round_bits = {UPLINK: [0] * num_parties, DOWNLINK: [0] * num_parties}
 
     def send(
@@ -49,6 +66,10 @@ class Wire:
         if direction in self._round_bits:
             self._round_bits[direction][party] += bits
         self.observed[direction][party] = payload
+        if self.exchanged_round[party] != self.ledger.rounds:
+            self.exchanged[party] = []
+            self.exchanged_round[party] = self.ledger.rounds
+        self.exchanged[party].append(Message(direction, kind, payload))
         return payload
 
     def uplink(
@@ -77,9 +98,13 @@ class Wire:
             for m, p in enumerate(payloads)
         ]
 
-    def end_round(self) -> None:
-        """Close a synchronous communication round: count it and advance the clock."""
-        self.clock.sync_round(self._round_bits[UPLINK], self._round_bits[DOWNLINK])
+    def end_round(self, duration_s: float | None = None) -> None:
+        """Close a communication round: count it and advance the clock, by ``duration_s`` when
+        the protocol timed the round itself, else by the network's time for the round's bits."""
+        if duration_s is None:
+            self.clock.sync_round(self._round_bits[UPLINK], self._round_bits[DOWNLINK])
+        else:
+            self.clock.advance(duration_s)
         self.ledger.end_round()
         self._round_bits = {UPLINK: [0] * self.num_parties, DOWNLINK: [0] * self.num_parties}
 

@@ -12,6 +12,8 @@ import numpy as np
 from scipy.special import logsumexp
 from scipy.stats import binom
 
+from vfl_lightning.privacy.parameters import check_pbm_parameters
+
 
 def check_orders(orders: Sequence[float]) -> np.ndarray:
     """The Rényi orders as a float array; every order must be > 1."""
@@ -26,10 +28,8 @@ MAX_ACCOUNTED_TRIALS = 4096
 
 
 def check_pbm_privacy_parameters(b: int, beta: float, num_parties: int, num_changed: int) -> None:
-    if isinstance(b, bool) or not float(b).is_integer() or int(b) < 1:
-        raise ValueError(f"b must be an integer >= 1, got {b!r}")
-    if not 0.0 < float(beta) <= 0.25:
-        raise ValueError(f"beta must be in (0, 0.25] for a finite PBM privacy loss, got {beta}")
+    """PBM's (b, β) by the mechanism's own validator, plus the adjacency of the release."""
+    check_pbm_parameters(b, beta)
     if int(num_parties) < 1:
         raise ValueError(f"num_parties must be >= 1, got {num_parties}")
     if not 1 <= int(num_changed) <= int(num_parties):

@@ -7,7 +7,7 @@ import lightning as L
 import torch
 
 from vfl_lightning.privacy.attacks.label_inference import ClientObservation, infer_labels
-from vfl_lightning.wire.ledger import DOWNLINK
+from vfl_lightning.wire.ledger import DOWNLINK, UPLINK
 
 
 class LabelInferenceAttack(L.Callback):
@@ -16,11 +16,11 @@ class LabelInferenceAttack(L.Callback):
 
     The attack assumes Fu et al.'s threat model: the server sums the parties' outputs (no split
     head; ``head=bias`` adds only a per-class bias) and each output has ``num_classes`` entries.
-    Protocols that record ``observations`` (HybridVFL) give the client's full view (losses and its
-    own displacements for zeroth-order exchanges); for the others the downlink payload the party
-    received in the step is read as a gradient. Accuracies are over every training sample the
-    party exchanged; logged per epoch as ``attack/label_inference_acc`` and
-    ``attack/eavesdropper_acc`` and written to results.json.
+    The client's view is read from the wire (:attr:`Wire.exchanged`): a received ``gradient``,
+    or for zeroth-order exchanges the returned ``loss`` values with its own displacements
+    c_hat_k - c (its ``perturbed_embedding`` minus its ``embedding`` uplinks). Accuracies are over
+    every training sample the party exchanged; logged per epoch as ``attack/label_inference_acc``
+    and ``attack/eavesdropper_acc`` and written to results.json.
     """
 
     def __init__(self, party: int = 0, seed: int = 0) -> None:
@@ -32,7 +32,7 @@ class LabelInferenceAttack(L.Callback):
         self.eavesdropper_correct = 0
         self.samples = 0
         self._pending: list[tuple[torch.Tensor, torch.Tensor, int]] = []
-        self._bits_before = 0
+        self._rounds_before = 0
         self._generator: torch.Generator | None = None
 
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -54,15 +54,22 @@ class LabelInferenceAttack(L.Callback):
             )
 
     def _observation(self, pl_module) -> ClientObservation | None:
-        observations = getattr(pl_module, "observations", None)
-        if observations is not None:
-            return observations.get(self.party)
-        if pl_module.wire.ledger.bits[DOWNLINK][self.party] == self._bits_before:
+        wire = pl_module.wire
+        if wire.exchanged_round[self.party] < self._rounds_before:
             return None
-        return ClientObservation("gradient", pl_module.wire.observed[DOWNLINK][self.party])
+        sent: dict[str, list] = {}
+        for message in wire.exchanged[self.party]:
+            sent.setdefault(f"{message.direction}:{message.kind}", []).append(message.payload)
+        if f"{DOWNLINK}:gradient" in sent:
+            return ClientObservation("gradient", sent[f"{DOWNLINK}:gradient"][-1])
+        if f"{DOWNLINK}:loss" in sent:
+            embedding = sent[f"{UPLINK}:embedding"][-1]
+            perturbed = torch.stack(sent[f"{UPLINK}:perturbed_embedding"])
+            return ClientObservation("loss", sent[f"{DOWNLINK}:loss"][-1], perturbed - embedding)
+        return None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._bits_before = pl_module.wire.ledger.bits[DOWNLINK][self.party]
+        self._rounds_before = pl_module.wire.ledger.rounds
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         observation = self._observation(pl_module)
