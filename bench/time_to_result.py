@@ -82,7 +82,7 @@ def run_config(algo: str, output_dir: Path, epochs: int | None, extra=()) -> Dic
     HydraConfig().set_config(cfg)
     with open_dict(cfg):
         cfg.paths.output_dir = str(output_dir)
-        cfg.callbacks.bench_counter = {"_target_": "__main__.make_counter"}
+        cfg.callbacks.bench_counter = {"_target_": f"{__name__}.make_counter"}
         del cfg["hydra"]
     GlobalHydra.instance().clear()
     return cfg

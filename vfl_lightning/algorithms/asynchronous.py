@@ -304,8 +304,8 @@ class HybridVFL(VFLModule):
         loss, logits = self.protocol_step(xs, y, idx)
         self.log_train_step(loss, logits, y)
         ages = self.last_ages.float()
-        self.log("async/staleness_mean", ages.mean(), on_step=False, on_epoch=True)
-        self.log("async/staleness_max", ages.max(), on_step=False, on_epoch=True, reduce_fx="max")
+        self.accumulate_epoch("async/staleness_mean", ages.mean(), int(y.shape[0]))
+        self.accumulate_epoch("async/staleness_max", ages.max(), reduce="max")
         return loss
 
     # ----------------------------------------------------------------- checkpoints

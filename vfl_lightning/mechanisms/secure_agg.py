@@ -94,6 +94,11 @@ class PairwiseMasking:
         self.pair_seeds = [
             splitmix64_int(setup_key + (pair + 1) * _GOLDEN_GAMMA) for pair in range(first.numel())
         ]
+        self._pair_seed_words = torch.tensor(
+            [_as_int64(seed) for seed in self.pair_seeds], dtype=torch.int64
+        )
+        per_word = 64 // self.modulus_bits
+        self._field_shifts = torch.arange(per_word, dtype=torch.int64) * self.modulus_bits
 
     @property
     def num_pairs(self) -> int:
@@ -114,12 +119,14 @@ class PairwiseMasking:
         """
         per_word = 64 // self.modulus_bits
         words = -(-numel // per_word)
-        keys = torch.tensor(self.stream_keys(round), dtype=torch.int64, device=device)
+        # stream_keys(round), computed for all pairs at once (the same splitmix64 bits)
+        round_key = _as_int64(splitmix64_int(int(round) & ((1 << 64) - 1)))
+        keys = splitmix64(self._pair_seed_words.to(device) ^ round_key)
         steps = torch.arange(1, words + 1, dtype=torch.int64, device=device) * _as_int64(
             _GOLDEN_GAMMA
         )
         values = splitmix64(keys[:, None] + steps[None, :])
-        shifts = torch.arange(per_word, dtype=torch.int64, device=device) * self.modulus_bits
+        shifts = self._field_shifts.to(device)
         fields = _logical_shift_right_by(values[:, :, None], shifts) & (self.modulus - 1)
         return fields.reshape(self.num_pairs, words * per_word)[:, :numel]
 
