@@ -41,21 +41,23 @@ def step_together(optimizers: Sequence[torch.optim.Optimizer]) -> bool:
     settings = {key: groups[0][key] for key in SGD_KEYS}
     if any(group[key] != settings[key] for group in groups[1:] for key in SGD_KEYS):
         return False
-    params, grads, buffers, owners = [], [], [], []
-    for opt in optimizers:
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    params.append(p)
-                    grads.append(p.grad)
-                    owners.append(opt)
-                    if settings["momentum"] != 0:
-                        buffers.append(opt.state[p].get("momentum_buffer"))
-    if not params:
+    pairs = [
+        (opt, p)
+        for opt in optimizers
+        for group in opt.param_groups
+        for p in group["params"]
+        if p.grad is not None
+    ]
+    if not pairs:
         return True
+    params = [p for _, p in pairs]
+    grads = [p.grad for p in params]
+    momentum = settings["momentum"] != 0
+    buffers = [opt.state[p].get("momentum_buffer") for opt, p in pairs] if momentum else []
+    created = momentum and any(buffer is None for buffer in buffers)
     with torch.no_grad():
         sgd(params, grads, buffers, foreach=True, **settings)
-    if settings["momentum"] != 0:
-        for p, buffer, opt in zip(params, buffers, owners, strict=True):
+    if created:  # new buffers were made on this step; later steps update them in place
+        for (opt, p), buffer in zip(pairs, buffers, strict=True):
             opt.state[p]["momentum_buffer"] = buffer
     return True
