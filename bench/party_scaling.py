@@ -3,7 +3,10 @@ at M = 28 against M = 4, with homogeneous parties grouped (default) and with the
 
 Each configuration trains a few hundred steps through Lightning, timing ``protocol_step``
 (the protocol's own step) and the whole Lightning batch; the configurations run in turn,
-``--rounds`` times, and the table gives medians and the M_large / M_small ratio per mode.
+``--rounds`` times, and the table gives medians and the M_large / M_small ratio per mode. The
+last row times the same modules trained as one centralized model (plain loop, one optimizer):
+M parties with a fixed hidden width are a larger model at larger M, and that row shows how much
+of the step growth is compute.
 
     python bench/party_scaling.py                      # npq, M = 4 and 28, 784 features, batch 32
     python bench/party_scaling.py --algo pbm --parties 4 28 --rounds 3
@@ -28,6 +31,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 from conftest import compose_config  # noqa: E402
 
+from vfl_lightning.mechanisms import fuse_tensors  # noqa: E402
 from vfl_lightning.train import build  # noqa: E402
 
 
@@ -45,8 +49,26 @@ class BatchTimer(L.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
-def measure(args, parties: int, grouped: bool, out: Path) -> tuple[float, float]:
-    """(median protocol step ms, median Lightning batch ms) after ``args.warmup`` steps."""
+def central_step_ms(args, cfg, parties, head, fusion, datamodule) -> float:
+    """Median ms of one centralized step (forward, backward, one optimizer) of the modules."""
+    modules = torch.nn.ModuleList([*parties, head])
+    optimizer = instantiate(cfg.optimizer)(modules.parameters())
+    batches = list(datamodule.train_dataloader())
+    seconds = []
+    for step in range(args.steps + args.warmup):
+        xs, y, _ = batches[step % len(batches)]
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        fused = fuse_tensors([p(x) for p, x in zip(parties, xs, strict=True)], fusion)
+        torch.nn.functional.cross_entropy(head(fused), y).backward()
+        optimizer.step()
+        seconds.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(seconds[args.warmup :])
+
+
+def measure(args, parties: int, grouped: bool | None, out: Path) -> tuple[float, float]:
+    """(median protocol step ms, median Lightning batch ms) after ``args.warmup`` steps;
+    ``grouped=None``: (centralized step ms, the same)."""
     cfg = compose_config(
         out / f"{args.algo}-{parties}-{grouped}",
         f"algo={args.algo}",
@@ -62,11 +84,17 @@ def measure(args, parties: int, grouped: bool, out: Path) -> tuple[float, float]
         "data.test_fraction=0.05",
         f"trainer.max_steps={args.steps + args.warmup}",
         "trainer.limit_val_batches=0",
-        f"+algo.batch_parties={str(grouped).lower()}",
+        f"+algo.batch_parties={str(bool(grouped)).lower()}",
         "test=false",
     )
     L.seed_everything(0)
     datamodule, module = build(cfg)
+    if grouped is None:
+        datamodule.setup("fit")
+        central = central_step_ms(
+            args, cfg, module.parties, module.head, module.mechanism.fusion, datamodule
+        )
+        return central, central
     if grouped and module.grouped_parties is None:
         raise RuntimeError(f"M={parties}: parties are not groupable, nothing to compare")
     protocol_s: list[float] = []
@@ -109,7 +137,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     times: dict[tuple[int, bool], list[tuple[float, float]]] = {}
     for _ in range(args.rounds):
-        for grouped in (True, False):
+        for grouped in (True, False, None):
             for m in (small, large):
                 times.setdefault((m, grouped), []).append(measure(args, m, grouped, args.out))
     print(
@@ -121,14 +149,14 @@ def main() -> None:
         f"M={small} batch ms | M={large} batch ms | ratio |"
     )
     print("|---|---|---|---|---|---|---|")
-    for grouped in (True, False):
+    for grouped in (True, False, None):
         rows = [
             [statistics.median(r[k] for r in times[(m, grouped)]) for m in (small, large)]
             for k in (0, 1)
         ]
         (p_small, p_large), (b_small, b_large) = rows
         print(
-            f"| {'grouped' if grouped else 'loop'} | {p_small:.3f} | {p_large:.3f} | "
+            f"| {'central' if grouped is None else 'grouped' if grouped else 'loop'} | {p_small:.3f} | {p_large:.3f} | "
             f"{p_large / p_small:.2f} | {b_small:.3f} | {b_large:.3f} | {b_large / b_small:.2f} |"
         )
 
