@@ -209,3 +209,11 @@ def test_pair_masks_come_from_each_pairs_stream_key(num_parties, bits):
                 value = splitmix64_int((key + (word + 1) * _GOLDEN_GAMMA) & ((1 << 64) - 1))
                 expected += [(value >> (f * bits)) & ((1 << bits) - 1) for f in range(per_word)]
             assert masks[pair].tolist() == [_as_int64(v) for v in expected[:numel]]
+
+
+def test_accumulate_epoch_rejects_unknown_reduction(make_cfg):
+    from vfl_lightning.train import build
+
+    _, module = build(make_cfg("algo=npq"))
+    with pytest.raises(ValueError, match="reduce must be 'mean' or 'max', got 'sum'"):
+        module.accumulate_epoch("x", 1.0, reduce="sum")

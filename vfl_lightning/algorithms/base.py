@@ -269,6 +269,8 @@ class VFLModule(L.LightningModule):
     def accumulate_epoch(self, name: str, value, weight: float = 1.0, reduce: str = "mean") -> None:
         """Add ``value`` to the epoch aggregate ``name`` (weighted ``mean`` or ``max``) without a
         host sync; :meth:`on_train_epoch_end` logs every aggregate once."""
+        if reduce not in ("mean", "max"):
+            raise ValueError(f"reduce must be 'mean' or 'max', got {reduce!r}")
         value = torch.as_tensor(value, dtype=torch.float32, device=self.device).detach()
         entry = self._epoch_aggregates.get(name)
         if reduce == "max":
