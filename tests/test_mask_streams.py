@@ -16,14 +16,14 @@ from vfl_lightning.train import train
 def recorded_keys(monkeypatch):
     """Every (pair, round) stream and its PRG key that PairwiseMasking expands during the test."""
     used: list[tuple[int, int, int]] = []
-    original = PairwiseMasking.stream_keys
+    original = PairwiseMasking.key_words
 
-    def recording(self, round):
-        keys = original(self, round)
-        used.extend((pair, int(round), key) for pair, key in enumerate(keys))
+    def recording(self, round, device=None):
+        keys = original(self, round, device)
+        used.extend((pair, int(round), key) for pair, key in enumerate(keys.tolist()))
         return keys
 
-    monkeypatch.setattr(PairwiseMasking, "stream_keys", recording)
+    monkeypatch.setattr(PairwiseMasking, "key_words", recording)
     return used
 
 

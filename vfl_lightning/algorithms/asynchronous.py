@@ -362,11 +362,10 @@ class HybridVFL(VFLModule):
         loss, logits = self.protocol_step(xs, y, idx)
         self.log_train_step(loss, logits, y)
         ages = self.last_ages.float()
-        self.log("async/staleness_mean", ages.mean(), on_step=False, on_epoch=True)
-        self.log("async/staleness_max", ages.max(), on_step=False, on_epoch=True, reduce_fx="max")
+        self.accumulate_epoch("async/staleness_mean", ages.mean(), int(y.shape[0]))
+        self.accumulate_epoch("async/staleness_max", ages.max(), reduce="max")
         if self.max_staleness is not None:
-            refreshes = float(self.refreshes)
-            self.log("async/refreshes", refreshes, on_step=False, on_epoch=True, reduce_fx="max")
+            self.accumulate_epoch("async/refreshes", float(self.refreshes), reduce="max")
         return loss
 
     def results(self) -> dict:

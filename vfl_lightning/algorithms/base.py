@@ -23,8 +23,10 @@ from torchmetrics.classification import (
     MulticlassAccuracy,
 )
 
+from vfl_lightning.algorithms.party_steps import step_together
 from vfl_lightning.errors import NonFiniteLoss
 from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
+from vfl_lightning.models.batched import GroupedParties, groupable
 from vfl_lightning.parallel import FederationDDPStrategy, RowShares
 from vfl_lightning.wire import Network, SimulatedClock, Wire
 
@@ -64,6 +66,11 @@ class VFLModule(L.LightningModule):
     rows of every global batch this rank's parties embed; :meth:`embed` gathers the embeddings of
     all ranks, so the server side runs on the global batch, and :meth:`backward_parties` sums the
     party gradients across ranks (:class:`~vfl_lightning.parallel.RowShares`).
+
+    ``batch_parties`` (default true): parties of one fully connected architecture and input
+    shape are evaluated as one grouped computation (:class:`~vfl_lightning.models.batched.GroupedParties`);
+    they stay separate modules with separate optimizers and checkpoint keys. Uneven parties, or
+    other party models, run in a loop.
     """
 
     SUPPORTS_ACTIVE_PARTY = False
@@ -83,6 +90,7 @@ class VFLModule(L.LightningModule):
         network: Network | None = None,
         transcript_size: int = 0,
         server_party: nn.Module | None = None,
+        batch_parties: bool = True,
     ) -> None:
         super().__init__()
         if server_party is not None and not self.SUPPORTS_ACTIVE_PARTY:
@@ -112,6 +120,9 @@ class VFLModule(L.LightningModule):
         self.num_classes = int(num_classes)
         self.seed = int(seed)
         self.widths = [int(p.embedding_dim) for p in self.parties]
+        grouped = bool(batch_parties) and groupable(self.parties)
+        self.grouped_parties = GroupedParties(self.parties) if grouped else None
+        self._last_grouped: tuple[torch.Tensor | None, tuple[torch.Tensor, ...]] = (None, ())
         clock = SimulatedClock(network, len(self.parties), self.seed)
         self.wire = Wire(len(self.parties), clock, transcript_size)
         self.train_metrics = make_metrics(self.num_classes, "train")
@@ -119,6 +130,7 @@ class VFLModule(L.LightningModule):
         self.test_metrics = make_metrics(self.num_classes, "test")
         self._generators: dict[str, torch.Generator] = {}
         self._pending_generator_state: torch.Tensor | None = None
+        self._epoch_aggregates: dict[str, tuple[torch.Tensor, float, str]] = {}
         self.rows = RowShares()
         self._first_bad_round: torch.Tensor | None = None
         self.run_config: dict | None = None
@@ -161,6 +173,18 @@ class VFLModule(L.LightningModule):
         Data-parallel ranks each hold their rows' part of the party gradients; they are summed
         across ranks here, before any party optimizer steps.
         """
+        stacked, views = self._last_grouped
+        if (
+            len(embeddings) == len(views)
+            and all(h is v for h, v in zip(embeddings, views, strict=True))
+            and all(g is not None for g in gradients)
+        ):
+            # grouped parties: one backward from the stacked (M, B, P) output, the same
+            # gradient stack(g_m) reaches it as through the M views
+            self._last_grouped = (None, ())
+            torch.autograd.backward(stacked, grad_tensors=torch.stack(list(gradients)))
+            self.rows.sum_gradients(self.parties.parameters())
+            return
         terms = [(h * g).sum() for h, g in zip(embeddings, gradients, strict=True) if g is not None]
         if terms:
             torch.autograd.backward(torch.stack(terms).sum())
@@ -175,6 +199,14 @@ class VFLModule(L.LightningModule):
     def step_party(optimizer) -> None:
         """Step a party optimizer without advancing ``global_step`` (see module docstring)."""
         optimizer.optimizer.step()
+
+    def step_parties(self, optimizers) -> None:
+        """Step every party optimizer in ``optimizers`` (without advancing ``global_step``): one
+        foreach update when they are plain SGD with the same hyperparameters
+        (:func:`~vfl_lightning.algorithms.party_steps.step_together`), else one by one."""
+        if not step_together([opt.optimizer for opt in optimizers]):
+            for opt in optimizers:
+                self.step_party(opt)
 
     SUPPORTED_PRECISION = ("32-true", "64-true", "bf16-mixed", "bf16-true")
 
@@ -247,11 +279,21 @@ class VFLModule(L.LightningModule):
     def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Each party's embedding of its slice: h_m = party_m(x_m) (not the server's own slice).
 
+        Homogeneous parties (``batch_parties`` and :func:`~vfl_lightning.models.batched.groupable`)
+        run as one grouped computation; the embeddings are then views of one (M, B, P) tensor
+        (each with its own gradient path to its own party's parameters).
         Data-parallel: each rank's parties embed the rank's rows, and the result is gathered into
-        the global batch (gradients flow back to the rank's own rows)."""
+        the global batch (gradients flow back to the rank's own rows).
+        """
         wire_xs = xs[:-1] if self.server_party is not None else xs
         shares = self.rows.take(wire_xs)
-        local = [party(x) for party, x in zip(self.parties, shares, strict=True)]
+        if self.grouped_parties is not None and len({x.shape[0] for x in shares}) == 1:
+            stacked = self.grouped_parties(shares)
+            local = list(stacked.unbind(0))
+            if stacked.requires_grad:
+                self._last_grouped = (stacked, tuple(local))
+        else:
+            local = [party(x) for party, x in zip(self.parties, shares, strict=True)]
         return self.rows.gather(local, int(wire_xs[0].shape[0]))
 
     def own_embedding(self, xs: Sequence[torch.Tensor]) -> torch.Tensor | None:
@@ -278,15 +320,42 @@ class VFLModule(L.LightningModule):
         return logits.softmax(-1)[:, 1] if self.num_classes == 2 else logits
 
     # ----------------------------------------------------------------- logging
+    def is_log_step(self) -> bool:
+        """Whether this training batch is one whose step metrics Lightning writes to the loggers:
+        every ``trainer.log_every_n_steps`` batches (``global_step`` counts them once the server
+        has stepped; the last batch of a stopping run too)."""
+        every = self.trainer.log_every_n_steps
+        return every > 0 and (self.global_step % every == 0 or self.trainer.should_stop)
+
+    def accumulate_epoch(self, name: str, value, weight: float = 1.0, reduce: str = "mean") -> None:
+        """Add ``value`` to the epoch aggregate ``name`` (weighted ``mean`` or ``max``) without a
+        host sync; :meth:`on_train_epoch_end` logs every aggregate once."""
+        if reduce not in ("mean", "max"):
+            raise ValueError(f"reduce must be 'mean' or 'max', got {reduce!r}")
+        value = torch.as_tensor(value, dtype=torch.float32, device=self.device).detach()
+        entry = self._epoch_aggregates.get(name)
+        if reduce == "max":
+            total = value if entry is None else torch.maximum(entry[0], value)
+            self._epoch_aggregates[name] = (total, 1.0, reduce)
+        else:
+            weighted = value * weight
+            total, weights = (
+                (weighted, weight) if entry is None else (entry[0] + weighted, entry[1] + weight)
+            )
+            self._epoch_aggregates[name] = (total, weights, reduce)
+
     def log_train_step(self, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
+        """``train/loss`` on logging steps only; the epoch means (``train/loss_epoch``,
+        ``train/*`` metrics, mechanism stats) are accumulated as tensors and logged once per epoch,
+        so a step costs no ``self.log`` call and no host sync between logging steps."""
         loss = loss.detach()
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
-        self.log("train/loss_epoch", loss, on_step=False, on_epoch=True)
-        metrics = self.train_metrics
-        metrics.update(self.scores(logits.detach()), y)
-        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True)
+        if self.is_log_step():
+            self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        batch_size = int(y.shape[0])
+        self.accumulate_epoch("train/loss_epoch", loss, batch_size)
+        self.train_metrics.update(self.scores(logits.detach()), y)
         for key, value in self.mechanism.stats.items():
-            self.log(key, value, on_step=False, on_epoch=True)
+            self.accumulate_epoch(key, value, batch_size)
 
     def communication_metrics(self) -> dict[str, float]:
         ledger = self.wire.ledger
@@ -297,8 +366,19 @@ class VFLModule(L.LightningModule):
             "time/simulated_s": float(self.wire.clock.now),
         }
 
+    def on_train_epoch_start(self) -> None:
+        self._epoch_aggregates.clear()
+
     def on_train_epoch_end(self) -> None:
+        """Every epoch metric, logged once: communication, the step aggregates, ``train/*``."""
         self.log_dict(self.communication_metrics(), on_step=False, on_epoch=True)
+        for name, (total, weight, reduce) in self._epoch_aggregates.items():
+            value = total if reduce == "max" else total / weight
+            self.log(name, value, on_step=False, on_epoch=True)
+        self._epoch_aggregates.clear()
+        if any(metric.update_called for metric in self.train_metrics.values()):
+            self.log_dict(self.train_metrics.compute(), on_step=False, on_epoch=True, prog_bar=True)
+        self.train_metrics.reset()
 
     def results(self) -> dict:
         """Protocol totals for results.json (extended by subclasses)."""

@@ -157,8 +157,7 @@ class FedBCD(SyncVFL):
                 for party, anchor in zip(self.parties, anchors.parties, strict=True)
             ]
             torch.autograd.backward(torch.stack(penalties).sum())
-        for opt in party_opts:
-            self.step_party(opt)
+        self.step_parties(party_opts)
 
     def local_server_step(
         self,

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from vfl_lightning.algorithms.base import VFLModule
+from vfl_lightning.algorithms.party_steps import zero_together
 from vfl_lightning.data.segments import SegmentedDataModule
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec
@@ -178,7 +179,8 @@ class FedVSFamily(VFLModule):
         else:
             loss, logits = self.baseline_round(xs, y)
         self.log_train_step(loss, logits, y)
-        self.log("time/simulated_s", self.wire.clock.now, on_step=True, on_epoch=False)
+        if self.is_log_step():
+            self.log("time/simulated_s", self.wire.clock.now, on_step=True, on_epoch=False)
         if self.max_simulated_s is not None and self.wire.clock.now >= self.max_simulated_s:
             self.trainer.should_stop = True
         return loss
@@ -265,10 +267,9 @@ class FedVSFamily(VFLModule):
     def update_clients(self, party_opts, xs, gradients) -> None:
         """Lines 32-35: each client back-propagates (1/N) dL/dH through its plaintext embedding."""
         N = self.num_parties
-        for opt, h, g in zip(party_opts, self.embed(xs), gradients, strict=True):
-            opt.zero_grad()
-            self.manual_backward(h, gradient=g / N)
-            self.step_party(opt)
+        zero_together([opt.optimizer for opt in party_opts])
+        self.backward_parties(self.embed(xs), [g / N for g in gradients])
+        self.step_parties(party_opts)
 
     def baseline_round(self, xs, y):
         """Wait / Ignore / Wait-DP: plain embeddings of the clients the server waits for."""
@@ -312,8 +313,8 @@ class FedVSFamily(VFLModule):
     def _close_round(self, timing: RoundTiming) -> None:
         self._project_weights()
         self.wire.end_round(duration_s=timing.duration_s)
-        self.log("fedvs/used_clients", float(len(timing.used)), on_step=False, on_epoch=True)
-        self.log("fedvs/round_s", timing.duration_s, on_step=False, on_epoch=True)
+        self.accumulate_epoch("fedvs/used_clients", float(len(timing.used)))
+        self.accumulate_epoch("fedvs/round_s", timing.duration_s)
 
     def _project_weights(self) -> None:
         with torch.no_grad():

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from vfl_lightning.algorithms.base import VFLModule
+from vfl_lightning.algorithms.party_steps import zero_together
 
 
 @dataclass
@@ -67,11 +68,9 @@ class SyncVFL(VFLModule):
         gradients: Sequence[torch.Tensor],
     ) -> None:
         """Party side: h_m.backward(gradient=g_m) for every party, then every party steps."""
-        for opt in party_opts:
-            opt.zero_grad()
+        zero_together([opt.optimizer for opt in party_opts])
         self.backward_parties(embeddings, gradients)
-        for opt in party_opts:
-            self.step_party(opt)
+        self.step_parties(party_opts)
 
     def exchange_round(self, xs: Sequence[torch.Tensor], y: torch.Tensor) -> ExchangeRound:
         """One synchronous round: embeddings up, gradients down, every side steps once."""

@@ -94,6 +94,11 @@ class PairwiseMasking:
         self.pair_seeds = [
             splitmix64_int(setup_key + (pair + 1) * _GOLDEN_GAMMA) for pair in range(first.numel())
         ]
+        self._pair_seed_words = torch.tensor(
+            [_as_int64(seed) for seed in self.pair_seeds], dtype=torch.int64
+        )
+        per_word = 64 // self.modulus_bits
+        self._field_shifts = torch.arange(per_word, dtype=torch.int64) * self.modulus_bits
 
     @property
     def num_pairs(self) -> int:
@@ -111,6 +116,13 @@ class PairwiseMasking:
         round_key = splitmix64_int(int(round))
         return [_as_int64(splitmix64_int(seed ^ round_key)) for seed in self.pair_seeds]
 
+    def key_words(self, round: int, device: torch.device | None = None) -> torch.Tensor:
+        """:meth:`stream_keys` for all pairs at once as an int64 tensor (the same bits)."""
+        if not 0 <= int(round) < 1 << 64:
+            raise ValueError(f"round must be in [0, 2^64), got {round}")
+        round_key = _as_int64(splitmix64_int(int(round)))
+        return splitmix64(self._pair_seed_words.to(device) ^ round_key)
+
     def pair_masks(
         self, round: int, numel: int, device: torch.device | None = None
     ) -> torch.Tensor:
@@ -121,12 +133,12 @@ class PairwiseMasking:
         """
         per_word = 64 // self.modulus_bits
         words = -(-numel // per_word)
-        keys = torch.tensor(self.stream_keys(round), dtype=torch.int64, device=device)
+        keys = self.key_words(round, device)
         steps = torch.arange(1, words + 1, dtype=torch.int64, device=device) * _as_int64(
             _GOLDEN_GAMMA
         )
         values = splitmix64(keys[:, None] + steps[None, :])
-        shifts = torch.arange(per_word, dtype=torch.int64, device=device) * self.modulus_bits
+        shifts = self._field_shifts.to(device)
         fields = _logical_shift_right_by(values[:, :, None], shifts) & (self.modulus - 1)
         return fields.reshape(self.num_pairs, words * per_word)[:, :numel]
 

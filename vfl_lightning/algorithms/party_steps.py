@@ -1,0 +1,63 @@
+"""Every party's optimizer step as one multi-tensor update: M plain-SGD optimizers with the same
+hyperparameters step together through torch's foreach SGD, each keeping its own state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.optim.sgd import sgd
+
+SGD_KEYS = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize")
+
+
+def _plain_sgd(optimizer: torch.optim.Optimizer) -> bool:
+    return type(optimizer) is torch.optim.SGD and all(
+        not group["differentiable"] and not group["fused"] and isinstance(group["lr"], float)
+        for group in optimizer.param_groups
+    )
+
+
+def zero_together(optimizers: Sequence[torch.optim.Optimizer]) -> None:
+    """``zero_grad()`` (set to None, torch's default) of every optimizer, in one Python loop."""
+    for opt in optimizers:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                p.grad = None
+
+
+def step_together(optimizers: Sequence[torch.optim.Optimizer]) -> bool:
+    """Step ``optimizers`` as one foreach SGD update if they are all ``torch.optim.SGD`` with one
+    set of hyperparameters (then return True); otherwise do nothing and return False.
+
+    The foreach kernels apply the same per-element operations as M single-tensor steps
+    (p -= lr (g + momentum buffer terms), the buffer created as a copy of the first gradient), so
+    the parameters are bit-identical; each optimizer's momentum buffers stay in its own ``state``,
+    so checkpoints hold one optimizer state per party as before.
+    """
+    if not optimizers or not all(_plain_sgd(opt) for opt in optimizers):
+        return False
+    groups = [group for opt in optimizers for group in opt.param_groups]
+    settings = {key: groups[0][key] for key in SGD_KEYS}
+    if any(group[key] != settings[key] for group in groups[1:] for key in SGD_KEYS):
+        return False
+    pairs = [
+        (opt, p)
+        for opt in optimizers
+        for group in opt.param_groups
+        for p in group["params"]
+        if p.grad is not None
+    ]
+    if not pairs:
+        return True
+    params = [p for _, p in pairs]
+    grads = [p.grad for p in params]
+    momentum = settings["momentum"] != 0
+    buffers = [opt.state[p].get("momentum_buffer") for opt, p in pairs] if momentum else []
+    created = momentum and any(buffer is None for buffer in buffers)
+    with torch.no_grad():
+        sgd(params, grads, buffers, foreach=True, **settings)
+    if created:  # new buffers were made on this step; later steps update them in place
+        for (opt, p), buffer in zip(pairs, buffers, strict=True):
+            opt.state[p]["momentum_buffer"] = buffer
+    return True
