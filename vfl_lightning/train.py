@@ -14,6 +14,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from vfl_lightning.curve import CurveWriter
+from vfl_lightning.loggers import quiet_lightning
+
 log = logging.getLogger(__name__)
 
 
@@ -73,6 +76,7 @@ def train(cfg: DictConfig) -> dict:
     """Train and test the configured protocol; return (and write) the results dictionary."""
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
+    quiet_lightning()
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -118,6 +122,10 @@ def train(cfg: DictConfig) -> dict:
         with open(output_dir / "results.json", "w") as f:
             json.dump(results, f, indent=2, sort_keys=True)
         log.info("results: %s", output_dir / "results.json")
+        curve = next((c.path for c in callbacks if isinstance(c, CurveWriter)), None)
+        for logger in loggers:
+            if hasattr(logger, "finish_run"):
+                logger.finish_run(results, curve)
         return results
     finally:
         _finish_wandb()

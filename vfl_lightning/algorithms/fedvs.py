@@ -355,6 +355,12 @@ class FedVSFamily(VFLModule):
             ]
         return torch.stack(embeddings).mean(0)
 
+    def clean_server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor | None:
+        """Wait-DP evaluated with noise (``dp_at_eval``): also the noise-free average."""
+        if self.strategy == "wait_dp" and self.dp_at_eval:
+            return torch.stack(self.embed(xs)).mean(0)
+        return None
+
     def on_validation_end(self) -> None:
         if self.trainer.sanity_checking:
             return
