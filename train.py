@@ -3,6 +3,7 @@
 import hydra
 from omegaconf import DictConfig
 
+from vfl_lightning.search import objective
 from vfl_lightning.train import train
 
 
@@ -10,8 +11,7 @@ from vfl_lightning.train import train
 def main(cfg: DictConfig) -> float | None:
     results = train(cfg)
     print(f"results: {cfg.paths.output_dir}/results.json")
-    value = results.get(cfg.get("optimized_metric"))
-    return None if value is None else float(value)
+    return objective(cfg, results)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from hydra.core.global_hydra import GlobalHydra
 from vfl_lightning.curve import AXES, read_curve
 from vfl_lightning.report import ReportError, make_report
 from vfl_lightning.report.__main__ import main as report_main
+from vfl_lightning.search import objective
 from vfl_lightning.train import train
 
 SWEEP = [
@@ -32,10 +33,10 @@ SWEEP = [
 
 
 def run_multirun(argv: list[str]) -> None:
-    """``python train.py -m <argv>`` in this process."""
+    """``python train.py -m <argv>`` in this process (the root train.py's job function)."""
 
     def task(cfg):
-        return float(train(cfg)["val/acc"])
+        return objective(cfg, train(cfg))
 
     main = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(task)
     GlobalHydra.instance().clear()

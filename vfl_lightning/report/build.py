@@ -193,7 +193,7 @@ def make_report(
         else:
             print(
                 f"W&B report specification for {target[0]}/{target[1]}: {spec_path}\n"
-                "to publish it later: upload the runs (wandb sync <run dir>/wandb/offline-run-*), "
+                "to publish it later: upload the runs logged to W&B (wandb sync <run dir>/wandb/offline-run-*), "
                 "then with network and a W&B key (wandb login):\n"
                 f"  python -m vfl_lightning.report.publish {spec_path}"
             )

@@ -78,6 +78,16 @@ def _read_config(run_dir: Path) -> dict:
     return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
+def _is_multirun_job(run_dir: Path) -> bool:
+    """Whether Hydra ran this job in a multirun (a grid, or an Optuna study)."""
+    if (run_dir.parent / "multirun.yaml").is_file():
+        return True
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    if not hydra_file.is_file():
+        return False
+    return (yaml.safe_load(hydra_file.read_text()) or {}).get("hydra", {}).get("mode") == "MULTIRUN"
+
+
 def find_results(directories: Sequence[Path]) -> list[Path]:
     """Every results.json under the given directories (a directory may itself be a run)."""
     missing = [str(d) for d in directories if not Path(d).is_dir()]
@@ -107,7 +117,7 @@ def load_runs(directories: Sequence[Path], progress: bool = True) -> list[Run]:
     runs = []
     for path in tqdm(paths, desc="reading runs", unit="run", disable=not progress):
         run_dir = path.parent
-        sweep = run_dir.parent if (run_dir.parent / "multirun.yaml").is_file() else None
+        sweep = run_dir.parent if _is_multirun_job(run_dir) else None
         runs.append(
             Run(
                 path=run_dir,
@@ -172,7 +182,7 @@ def sweep_commands(runs: Iterable[Run]) -> list[str]:
     each single run (its overrides)."""
     commands: list[str] = []
     for run in runs:
-        if run.sweep is not None:
+        if run.sweep is not None and (run.sweep / "multirun.yaml").is_file():
             task = yaml.safe_load((run.sweep / "multirun.yaml").read_text())["hydra"]["overrides"][
                 "task"
             ]
