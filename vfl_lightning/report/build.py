@@ -51,7 +51,13 @@ def machine() -> str:
 
 def title_of(runs) -> str:
     data = runs[0].results.get("data")
-    parties = sorted({int(r.value("num_parties")) for r in runs if r.results.get("num_parties")})
+    parties = sorted(
+        {
+            int(r.value("num_parties")) + bool(r.results.get("active_party"))
+            for r in runs
+            if r.results.get("num_parties")
+        }
+    )
     shown = str(parties[0]) if len(parties) == 1 else f"{parties[0]}–{parties[-1]}"
     return f"{data}, {shown} parties"
 

@@ -154,16 +154,19 @@ def points(
     log_x: bool = False,
     lines: Sequence[tuple[str, float]] = (),
     annotate: bool = True,
+    connect: bool = False,
 ) -> Figure | None:
     """Mean ± std of a final value against another, one marker per group.
 
     ``series`` maps a legend name to (group, x key, y key, marker style) tuples; marker style
-    ``"filled"`` or ``"open"``. ``lines``: horizontal reference lines (name, y).
+    ``"filled"`` or ``"open"``. ``lines``: horizontal reference lines (name, y). ``connect``:
+    join a series' filled markers in x order.
     """
     fig, ax = new_figure(title)
     drawn = 0
     for (name, entries), color in zip(series.items(), colors(len(series))):
         labelled = False
+        path = []
         for group, x_key, y_key, style in entries:
             xs, ys = summarize(group.values_of(x_key)), summarize(group.values_of(y_key))
             if xs.count == 0 or ys.count == 0:
@@ -180,12 +183,16 @@ def points(
                 label=None if labelled else name,
             )
             labelled = True
+            if style == "filled":
+                path.append((xs.mean, ys.mean))
             if annotate and style == "filled":
                 short = group.label.split(" ", 1)[1] if " " in group.label else ""
                 ax.annotate(
                     short, (xs.mean, ys.mean), fontsize=6, xytext=(4, 3), textcoords="offset points"
                 )
             drawn += 1
+        if connect and len(path) > 1:
+            ax.plot(*zip(*sorted(path)), color=color, alpha=0.6)
     for (name, y), color in zip(lines, colors(len(series) + len(lines))[len(series) :]):
         if math.isfinite(y):
             ax.axhline(y, color=color, linestyle=":", label=name)

@@ -17,7 +17,7 @@ from vfl_lightning.report.runs import Group, Run
 FAMILIES = {
     "fedvs": ("fedvs", "fedvs_wait", "fedvs_ignore", "fedvs_wait_dp"),
     "fedbcd": ("fedsgd", "fedbcd", "fedbcd_s", "fedpbcd"),
-    "cascade": ("splitnn", "vafl", "syn_zoo_vfl", "zoo_vfl", "cascade"),
+    "cascade": ("splitnn", "npq", "vafl", "syn_zoo_vfl", "zoo_vfl", "cascade"),
     "pbm": ("npq", "pbm", "ldp"),
 }
 RECIPES = ("pbm", "fedbcd", "cascade", "fedvs")
@@ -348,6 +348,7 @@ def fedbcd(ctx: Context) -> Section:
             "local updates per exchange Q",
             "communication rounds to target",
             annotate=False,
+            connect=True,
         ),
         "rounds to target against Q per schedule (p: parallel, s: sequential, proximal)",
     )
@@ -509,7 +510,8 @@ def fedvs(ctx: Context) -> Section:
     section = Section(
         "FedVS: accuracy over simulated time",
         "Validation accuracy last measured at or before each simulated time (stragglers and "
-        "message sizes on the simulated clock).",
+        "message sizes on the simulated clock); (k/n): only k of n runs had validated by then, "
+        "–: none had.",
     )
     groups = ordered(ctx.groups, "fedvs")
     section.add_figure(
