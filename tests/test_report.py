@@ -188,3 +188,22 @@ def test_error_keeps_an_existing_out_untouched(sweep, tmp_path):
     with pytest.raises(ReportError, match="no runs under"):
         make_report([tmp_path / "R"], out, progress=False)
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
+
+
+@pytest.mark.parametrize(
+    ("algos", "recipe"),
+    [
+        ({"npq", "pbm"}, "pbm"),
+        ({"npq", "ldp"}, "pbm"),
+        ({"splitnn", "cascade", "vafl"}, "cascade"),
+        ({"fedsgd", "fedbcd"}, "fedbcd"),
+        ({"fedvs", "fedvs_wait", "vafl"}, "fedvs"),
+        ({"npq", "splitnn"}, None),
+    ],
+)
+def test_recipe_chosen_from_the_algos(algos, recipe):
+    from vfl_lightning.report.recipes import choose_recipe
+    from vfl_lightning.report.runs import Run
+
+    runs = [Run(Path("."), {"algo": algo}, []) for algo in algos]
+    assert choose_recipe(runs) == recipe

@@ -20,6 +20,8 @@ FAMILIES = {
     "cascade": ("splitnn", "npq", "vafl", "syn_zoo_vfl", "zoo_vfl", "cascade"),
     "pbm": ("npq", "pbm", "ldp"),
 }
+# Shared baselines: their presence alone does not choose a recipe.
+BASELINES = {"npq", "splitnn"}
 RECIPES = ("pbm", "fedbcd", "cascade", "fedvs")
 X_AXES = {
     "epoch": "epoch",
@@ -82,7 +84,7 @@ def choose_recipe(runs: Sequence[Run]) -> str | None:
     if any(key in run.results for run in runs for key in ATTACKS):
         return "cascade"
     for name in ("fedvs", "fedbcd", "cascade"):
-        if algos & set(FAMILIES[name]):
+        if algos & (set(FAMILIES[name]) - BASELINES):
             return name
     if algos & {"pbm", "ldp"}:
         return "pbm"
