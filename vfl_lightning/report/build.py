@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import shutil
 import sys
 import tempfile
@@ -16,10 +17,12 @@ from pathlib import Path
 from vfl_lightning.report import figures
 from vfl_lightning.report.recipes import (
     BUILDERS,
+    TITLES,
     X_AXES,
     Context,
     Section,
     choose_recipe,
+    ordered,
     overview,
 )
 from vfl_lightning.report.runs import (
@@ -112,7 +115,7 @@ def make_report(
                 f"{axis} {key!r} is in no run's curve.csv; columns: {', '.join(sorted(columns))}"
             )
     chosen = choose_recipe(runs) if recipe == "auto" else (None if recipe == "none" else recipe)
-    groups = group_runs(runs)
+    groups = ordered(group_runs(runs), chosen or "")
     title = title_of(runs)
     ctx = Context(runs, groups, X_AXES[x], y, title, times)
     sections: list[Section] = [overview(ctx)]
@@ -124,10 +127,13 @@ def make_report(
         datetime.fromtimestamp((r.path / "results.json").stat().st_mtime, timezone.utc)
         for r in runs
     )
-    invocation = command or "python -m vfl_lightning.report " + " ".join(sys.argv[1:])
+    invocation = command or "python -m vfl_lightning.report " + shlex.join(
+        "…" if previous == "--note" else arg
+        for previous, arg in zip(["", *sys.argv[1:]], sys.argv[1:])
+    )
     description = (
-        f"{len(runs)} runs ({written[0]:%Y-%m-%d %H:%M} – {written[-1]:%Y-%m-%d %H:%M} UTC) "
-        f"on {machine()}. Report generated {now} by `{invocation}`."
+        f"{len(runs)} runs, finished {written[0]:%Y-%m-%d %H:%M} – {written[-1]:%Y-%m-%d %H:%M} "
+        f"UTC on {machine()}; report generated {now} by the last command below."
     )
 
     markdown_name, prefix, spec_name = _file_names(name)
@@ -135,7 +141,8 @@ def make_report(
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        lines = [f"# {title}" + (f" — {chosen}" if chosen else ""), "", description, ""]
+        heading = f"{TITLES[chosen]}: {title}" if chosen else title
+        lines = [f"# {heading}", "", description, ""]
         if note:
             lines += [note, ""]
         lines += ["Commands:", "", "```bash", *commands, invocation, "```", ""]

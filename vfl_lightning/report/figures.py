@@ -39,8 +39,12 @@ def label(key: str) -> str:
 
 
 def colors(count: int) -> list:
-    cmap = plt.get_cmap("tab10" if count <= 10 else "tab20")
-    return [cmap(i % cmap.N) for i in range(count)]
+    """Distinct colors: tab10, or tab20 with its dark shades first beyond ten."""
+    if count <= 10:
+        return [plt.get_cmap("tab10")(i) for i in range(count)]
+    cmap = plt.get_cmap("tab20")
+    order = [*range(0, 20, 2), *range(1, 20, 2)]
+    return [cmap(order[i % 20]) for i in range(count)]
 
 
 def new_figure(title: str, width: float = 7.0, height: float = 4.4) -> tuple[Figure, plt.Axes]:

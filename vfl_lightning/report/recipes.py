@@ -23,6 +23,12 @@ FAMILIES = {
 # Shared baselines: their presence alone does not choose a recipe.
 BASELINES = {"npq", "splitnn"}
 RECIPES = ("pbm", "fedbcd", "cascade", "fedvs")
+TITLES = {
+    "pbm": "PBM-VFL",
+    "fedbcd": "FedBCD",
+    "cascade": "Cascaded hybrid optimization",
+    "fedvs": "FedVS",
+}
 X_AXES = {
     "epoch": "epoch",
     "rounds": "comm/rounds",
@@ -97,10 +103,24 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+def natural(value: str | None) -> tuple:
+    """Sort key for an override value: numbers by value, before text, before missing."""
+    if value is None:
+        return (2, 0.0, "")
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1, 0.0, value)
+
+
 def ordered(groups: Sequence[Group], family: str) -> list[Group]:
+    """Groups in the family's algo order, then by their override values (numbers by value)."""
     order = FAMILIES.get(family, ())
     rank = {algo: i for i, algo in enumerate(order)}
-    return sorted(groups, key=lambda g: rank.get(g.algo, len(order)))
+    return sorted(
+        groups,
+        key=lambda g: (rank.get(g.algo, len(order)), [natural(v) for v in g.values.values()]),
+    )
 
 
 def has(runs: Sequence[Run], key: str) -> bool:
@@ -206,7 +226,7 @@ def pbm(ctx: Context) -> Section:
                 ),
                 f"{algo}: validation accuracy per epoch (solid: deployed, dashed: noise-free)",
             )
-    if has(ctx.runs, "target_value"):
+    if has(ctx.runs, "mb_to_target"):
         target = ctx.runs[0].results.get("target_metric"), ctx.runs[0].results.get("target_value")
         section.add_figure(
             "pbm_mb_to_target",
@@ -214,7 +234,7 @@ def pbm(ctx: Context) -> Section:
                 [g.label for g in groups],
                 {"MB to target": [summarize(g.values_of("mb_to_target")) for g in groups]},
                 f"{ctx.title}: communication until {target[0]} ≥ {target[1]}",
-                "MB (uplink + downlink) to target",
+                "MB (uplink + downlink + peer) to target",
             ),
             f"MB until {target[0]} first reached {target[1]} ('never': not within the run)",
         )

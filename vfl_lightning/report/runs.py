@@ -18,6 +18,10 @@ from vfl_lightning.curve import read_curve
 IGNORED_PREFIXES = ("seed", "hydra", "paths", "ckpt_path", "logger", "callbacks.checkpoint")
 
 
+# How a few override keys are shown in group labels.
+SYMBOLS = {"beta": "β", "mu": "μ", "local_steps": "Q"}
+
+
 class ReportError(ValueError):
     """A report cannot be made from these inputs; the message says why and what to do."""
 
@@ -163,7 +167,7 @@ class Group:
 def group_runs(runs: Sequence[Run]) -> list[Group]:
     """Group by algo and by the overrides that differ between runs; seeds are aggregated."""
     keys = [k for k in varying_keys(runs) if k != "algo"]
-    short = {k: k.rsplit(".", 1)[-1] for k in keys}
+    short = {k: SYMBOLS.get(k.rsplit(".", 1)[-1], k.rsplit(".", 1)[-1]) for k in keys}
     if len(set(short.values())) < len(short):
         short = {k: k for k in keys}
     groups: dict[tuple, Group] = {}
