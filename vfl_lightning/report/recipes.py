@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from vfl_lightning.report import figures
 from vfl_lightning.report.aggregate import Summary, step_values, summarize
-from vfl_lightning.report.runs import Group, Run
+from vfl_lightning.report.runs import Group, Run, relabel
 
 FAMILIES = {
     "fedvs": ("fedvs", "fedvs_wait", "fedvs_ignore", "fedvs_wait_dp"),
@@ -104,9 +104,9 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def natural(value: str | None) -> tuple:
-    """Sort key for an override value: numbers by value, before text, before missing."""
+    """Sort key for an override value: missing (the default) first, numbers by value, text."""
     if value is None:
-        return (2, 0.0, "")
+        return (-1, 0.0, "")
     try:
         return (0, float(value), "")
     except ValueError:
@@ -429,7 +429,9 @@ def cascade(ctx: Context) -> Section:
         "Validation accuracy over epochs and over communicated MB; the table gives the final "
         "test accuracy (%).",
     )
-    groups = ordered(ctx.groups, "cascade")
+    ranked = ordered(ctx.groups, "cascade")
+    attacked = relabel([g for g in ranked if has(g.runs, "attack/label_inference_acc")])
+    groups = relabel([g for g in ranked if not has(g.runs, "attack/label_inference_acc")])
     prefix = final_prefix(ctx.runs)
     section.add_figure(
         "cascade_acc_vs_epoch",
@@ -467,7 +469,9 @@ def cascade(ctx: Context) -> Section:
             ]
         )
     section.tables.append(
-        table(
+        ""
+        if not rows
+        else table(
             [
                 "group",
                 "clients",
@@ -482,7 +486,6 @@ def cascade(ctx: Context) -> Section:
             rows,
         )
     )
-    attacked = [g for g in groups if has(g.runs, "attack/label_inference_acc")]
     if attacked:
         scaled = {
             name: [scale(summarize(g.values_of(key)), 100) for g in attacked]

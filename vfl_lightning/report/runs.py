@@ -181,6 +181,21 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
     return list(groups.values())
 
 
+def relabel(groups: Sequence[Group]) -> list[Group]:
+    """The same groups labelled only by the values that differ among them (for a figure that
+    shows a subset); the original labels when that would make two labels equal."""
+    keys = sorted({k for g in groups for k in g.values})
+    keys = [k for k in keys if len({g.values.get(k) for g in groups}) > 1]
+    short = {k: SYMBOLS.get(k.rsplit(".", 1)[-1], k.rsplit(".", 1)[-1]) for k in keys}
+    labels = [
+        " ".join([g.algo, *(f"{short[k]}={g.values[k]}" for k in keys if g.values.get(k))])
+        for g in groups
+    ]
+    if len(set(labels)) < len(labels):
+        return list(groups)
+    return [Group(label, g.values, g.runs) for label, g in zip(labels, groups)]
+
+
 def sweep_commands(runs: Iterable[Run]) -> list[str]:
     """The command line of every multirun sweep among ``runs`` (from its multirun.yaml), or of
     each single run (its overrides)."""
