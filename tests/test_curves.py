@@ -158,3 +158,32 @@ def test_results_json_carries_total_mb(make_cfg):
     assert math.isclose(
         results["comm/total_mb"], results["comm/uplink_mb"] + results["comm/downlink_mb"]
     )
+
+
+def test_a_crashed_run_keeps_its_curve(make_cfg):
+    """curve.csv is rewritten after every validation: a run that dies later keeps its rows."""
+    import lightning as L
+
+    from vfl_lightning.curve import CurveWriter
+
+    class Crash(L.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            if trainer.current_epoch == 2:
+                raise RuntimeError("killed")
+
+    cfg = make_cfg("algo=npq", "callbacks.checkpoint=null")
+    path = Path(cfg.paths.output_dir) / "curve.csv"
+    datamodule, module = build(cfg)
+    trainer = L.Trainer(
+        max_epochs=4,
+        limit_train_batches=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        callbacks=[CurveWriter(path), Crash()],
+    )
+    with pytest.raises(RuntimeError, match="killed"):
+        trainer.fit(module, datamodule=datamodule)
+    assert [row["epoch"] for row in read_curve(path)] == [1.0, 2.0]
+    assert not path.with_name("curve.csv.partial").exists()
