@@ -139,6 +139,7 @@ def test_wandb_report_spec_offline(sweep, tmp_path, no_network):
         (condition,) = runset["filters"]["filters"]
         assert condition["key"] == {"section": "run", "name": "group"}
         assert condition["op"] == "=" and condition["value"] == sweep.name
+        assert runset["grouping"] == [{"section": "config", "name": "algo.value.name"}]
     pbm_panels = grids[0]["metadata"]["panelBankSectionConfig"]["panels"]
     axes = {
         p["config"].get("xAxis") for p in pbm_panels if p["viewType"] == "Run History Line Plot"

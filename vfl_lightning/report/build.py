@@ -65,6 +65,14 @@ def title_of(runs) -> str:
     return f"{data}, {shown} parties"
 
 
+def wandb_group_by(runs) -> list[str]:
+    """Config keys that tell the report's groups apart in W&B: the algo by its name, and the
+    varying overrides of single values (``mechanism.b``); overrides that choose a whole config
+    group (``experiment=``) are no single config value and are left out."""
+    keys = ["algo.name"] if len({run.algo for run in runs}) > 1 else []
+    return keys + [k for k in varying_keys(runs) if "." in k]
+
+
 def _file_names(name: str) -> tuple[str, str, str]:
     """(markdown file, figure prefix, W&B spec file) for a report called ``name``."""
     if name == "report":
@@ -167,7 +175,9 @@ def make_report(
                 commands=commands,
                 sections=sections,
                 groups=sorted({run.wandb_group for run in runs}),
-                group_by=[k for k in varying_keys(runs) if "." in k or k == "algo"],
+                group_by=wandb_group_by(runs),
+                x=X_AXES[x],
+                y=y,
                 runset_project=False,
             )
             spec = offline_spec(report, *target)
@@ -197,7 +207,9 @@ def make_report(
                 commands=commands,
                 sections=sections,
                 groups=sorted({run.wandb_group for run in runs}),
-                group_by=[k for k in varying_keys(runs) if "." in k or k == "algo"],
+                group_by=wandb_group_by(runs),
+                x=X_AXES[x],
+                y=y,
                 runset_project=True,
             )
             url = save_online(online, wandb_timeout_s)

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from vfl_lightning.report.recipes import Section
+from vfl_lightning.report.recipes import Panel, Section
 from vfl_lightning.report.runs import ReportError
 
 OFFLINE_MODES = ("offline", "disabled", "dryrun")
@@ -40,10 +40,13 @@ def build_report(
     groups: Sequence[str],
     group_by: Sequence[str],
     runset_project: bool,
+    x: str = "epoch",
+    y: str = "val/acc",
 ):
     """The wandb-workspaces Report: title, description, the sweep commands, and per section a
-    panel grid (one runset per W&B run group, line plots over the section's axes, runs grouped
-    by the varying config keys with mean and std) followed by the section's tables.
+    panel grid (one runset per W&B run group, line plots over the section's axes and ``y`` over
+    the chosen ``x``, runs grouped by the varying config keys with mean and std) followed by the
+    section's tables.
 
     ``runset_project=False`` leaves the runsets' entity/project empty: wandb-workspaces looks a
     named project up over the network when it serializes a runset, so the offline
@@ -76,8 +79,10 @@ def build_report(
         blocks.append(wr.H2(section.title))
         if section.text:
             blocks.append(wr.P(section.text))
+        chosen = [p for p in section.panels if p.kind == "line" and p.x == x]
+        extra = [] if chosen or not section.panels else [Panel("line", f"{y} over {x}", [y], x)]
         panels = []
-        for panel in section.panels:
+        for panel in [*section.panels, *extra]:
             if panel.kind == "line":
                 panels.append(
                     wr.LinePlot(
