@@ -26,27 +26,29 @@ page() {
 }
 
 # PBM-VFL (digits, 4 parties): PBM and its LDP baseline over (b, beta), NPQ with the same parties.
-sweep pbm/pbm experiment=pbm_digits mechanism.b=2,16 mechanism.beta=0.05,0.15 seed=0,1 trainer.max_epochs=20
-sweep pbm/ldp experiment=pbm_digits algo=ldp mechanism.b=2,16 mechanism.beta=0.05,0.15 seed=0,1 trainer.max_epochs=20
-sweep pbm/npq experiment=pbm_digits algo=npq party.output_activation=tanh seed=0,1 trainer.max_epochs=20
+sweep pbm/pbm experiment=pbm_digits mechanism.b=2,16 mechanism.beta=0.05,0.15 seed=0,1,2 trainer.max_epochs=40
+sweep pbm/ldp experiment=pbm_digits algo=ldp mechanism.b=2,16 mechanism.beta=0.05,0.15 seed=0,1,2 trainer.max_epochs=40
+sweep pbm/npq experiment=pbm_digits algo=npq party.output_activation=tanh seed=0,1,2 trainer.max_epochs=40
 page pbm "$SWEEPS/pbm" --recipe pbm
 
 # FedBCD (breast cancer, label holder + 1 party): rounds to val AUC 0.97 against Q per schedule.
-sweep fedbcd/q experiment=fedbcd_breast_cancer algo=fedbcd,fedbcd_s algo.local_steps=1,3,5,10 \
-  seed=0,1 target.value=0.97 trainer.max_epochs=10 test=false
-sweep fedbcd/prox experiment=fedbcd_breast_cancer algo=fedpbcd algo.local_steps=3,5,10 \
-  seed=0,1 target.value=0.97 trainer.max_epochs=10 test=false
+sweep fedbcd/q experiment=fedbcd_breast_cancer algo=fedbcd,fedbcd_s algo.local_steps=1,3,5,10,25 \
+  seed=0,1,2 target.value=0.97 trainer.max_epochs=20 test=false
+sweep fedbcd/prox experiment=fedbcd_breast_cancer algo=fedpbcd algo.local_steps=10,25 \
+  seed=0,1,2 target.value=0.97 trainer.max_epochs=20 test=false
 page fedbcd "$SWEEPS/fedbcd" --recipe fedbcd --x rounds --y val/auroc
 
 # Cascaded hybrid (digits, 4 clients): accuracy per epoch and MB; label inference by client 0.
-sweep cascade/acc experiment=cascade_digits algo=cascade,vafl,splitnn,zoo_vfl seed=0,1 trainer.max_epochs=5
-sweep cascade/attack algo=npq,vafl,zoo_vfl,cascade attack=label_inference seed=0,1 \
+sweep cascade/acc experiment=cascade_digits algo=splitnn,vafl,syn_zoo_vfl,zoo_vfl,cascade seed=0,1,2 \
+  trainer.max_epochs=10
+sweep cascade/attack algo=npq,vafl,syn_zoo_vfl,zoo_vfl,cascade attack=label_inference seed=0,1,2 \
   trainer.max_epochs=1 data.batch_size=64
 page cascade "$SWEEPS/cascade" --recipe cascade
 
-# FedVS (digits, 8 clients): validation accuracy over simulated seconds per algo, and per K.
-sweep fedvs/algos experiment=fedvs_digits algo=fedvs,fedvs_wait,fedvs_ignore,fedvs_wait_dp seed=0,1 \
-  algo.max_simulated_s=120 trainer.val_check_interval=2 test=false
-sweep fedvs/K experiment=fedvs_digits algo.K=2,3 data.batch_size=96 seed=0 \
-  algo.max_simulated_s=120 trainer.val_check_interval=2 test=false
-page fedvs "$SWEEPS/fedvs" --recipe fedvs --x simulated_s --times 15 30 60 90 120
+# FedVS (digits, 8 clients): validation accuracy over simulated seconds per algo, and per K
+# (batch 96 so that K = 3 divides it).
+sweep fedvs/algos experiment=fedvs_digits algo=fedvs,fedvs_wait,fedvs_ignore,fedvs_wait_dp \
+  seed=0,1,2 algo.max_simulated_s=300 trainer.val_check_interval=2 test=false
+sweep fedvs/K experiment=fedvs_digits algo.K=1,2,3 data.batch_size=96 seed=0,1 \
+  algo.max_simulated_s=300 trainer.val_check_interval=2 test=false
+page fedvs "$SWEEPS/fedvs" --recipe fedvs --x simulated_s --times 30 60 120 200 300
