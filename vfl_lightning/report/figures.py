@@ -66,7 +66,7 @@ def curves(
             curve = mean_curve(group.runs, x, y)
             if curve is None:
                 continue
-            name = group.label if len(ys) == 1 else f"{group.label}, {label(y)}"
+            name = f"{group.label}, noise-free" if index else group.label
             line = "-" if index == 0 else "--"
             step = "post" if x in ("time/simulated_s", "comm/total_mb") else None
             if step:
@@ -159,16 +159,23 @@ def points(
     lines: Sequence[tuple[str, float]] = (),
     annotate: bool = True,
     connect: bool = False,
+    dodge: float = 0.0,
+    integer_ticks: bool = False,
 ) -> Figure | None:
     """Mean ± std of a final value against another, one marker per group.
 
     ``series`` maps a legend name to (group, x key, y key, marker style) tuples; marker style
     ``"filled"`` or ``"open"``. ``lines``: horizontal reference lines (name, y). ``connect``:
-    join a series' filled markers in x order.
+    join a series' filled markers in x order. ``dodge``: shift series i by the factor
+    (1 + dodge)^(i - centre) in x, so series at the same x (log scale) do not hide each other.
+    ``integer_ticks``: one tick per x value present, written as an integer (Q = 1, 3, 10, ...).
     """
+    ticks = set()
     fig, ax = new_figure(title)
     drawn = 0
-    for (name, entries), color in zip(series.items(), colors(len(series))):
+    centre = (len(series) - 1) / 2
+    for index, ((name, entries), color) in enumerate(zip(series.items(), colors(len(series)))):
+        shift = (1.0 + dodge) ** (index - centre)
         labelled = False
         path = []
         for group, x_key, y_key, style in entries:
@@ -177,7 +184,7 @@ def points(
                 continue
             face = color if style == "filled" else "none"
             ax.errorbar(
-                xs.mean,
+                xs.mean * shift,
                 ys.mean,
                 yerr=ys.std,
                 fmt="o",
@@ -188,11 +195,16 @@ def points(
             )
             labelled = True
             if style == "filled":
-                path.append((xs.mean, ys.mean))
+                path.append((xs.mean * shift, ys.mean))
+            ticks.add(xs.mean)
             if annotate and style == "filled":
                 short = group.label.split(" ", 1)[1] if " " in group.label else ""
                 ax.annotate(
-                    short, (xs.mean, ys.mean), fontsize=6, xytext=(4, 3), textcoords="offset points"
+                    short,
+                    (xs.mean * shift, ys.mean),
+                    fontsize=6,
+                    xytext=(4, 3),
+                    textcoords="offset points",
                 )
             drawn += 1
         if connect and len(path) > 1:
@@ -208,6 +220,9 @@ def points(
     ax.set_ylabel(ylabel)
     if log_x:
         ax.set_xscale("log")
+    if integer_ticks:
+        ax.set_xticks(sorted(ticks), [f"{t:g}" for t in sorted(ticks)])
+        ax.minorticks_off()
     legend(ax, len(series) + len(lines))
     return fig
 

@@ -371,6 +371,9 @@ def fedbcd(ctx: Context) -> Section:
             "communication rounds to target",
             annotate=False,
             connect=True,
+            log_x=True,
+            dodge=0.04,
+            integer_ticks=True,
         ),
         "rounds to target against Q per schedule (p: parallel, s: sequential, proximal)",
     )
