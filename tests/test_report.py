@@ -180,6 +180,20 @@ def test_cli_bad_inputs_write_nothing(sweep, tmp_path, capsys, no_network):
     only_npq = tmp_path / "npq"
     shutil.copytree(sweep / "0", only_npq / "0")
     fails([str(only_npq), "--x", "eps"], "'privacy/feature_eps' is in no run's curve.csv")
+    crashed = tmp_path / "crashed"
+    (crashed / "0").mkdir(parents=True)
+    (crashed / "0" / "results.json").write_text(json.dumps({"status": "failed", "algo": "pbm"}))
+    fails([str(crashed)], "no finished runs under")
+
+
+def test_unfinished_runs_are_left_out(sweep, tmp_path, capsys):
+    mixed = tmp_path / "mixed"
+    shutil.copytree(sweep, mixed)
+    (mixed / "9").mkdir()
+    (mixed / "9" / "results.json").write_text(json.dumps({"status": "failed", "algo": "pbm"}))
+    make_report([mixed], tmp_path / "R", progress=False)
+    assert "leaving out 1 run(s) that did not finish" in capsys.readouterr().err
+    assert "4 runs, finished" in (tmp_path / "R" / "report.md").read_text()
 
 
 def test_error_keeps_an_existing_out_untouched(sweep, tmp_path):

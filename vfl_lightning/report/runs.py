@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,11 @@ def _is_multirun_job(run_dir: Path) -> bool:
     return (yaml.safe_load(hydra_file.read_text()) or {}).get("hydra", {}).get("mode") == "MULTIRUN"
 
 
+def _status(results_path: Path) -> str | None:
+    """The run's ``status`` in results.json (None for runs written before it existed)."""
+    return json.loads(results_path.read_text()).get("status")
+
+
 def find_results(directories: Sequence[Path]) -> list[Path]:
     """Every results.json under the given directories (a directory may itself be a run)."""
     missing = [str(d) for d in directories if not Path(d).is_dir()]
@@ -107,10 +113,26 @@ def find_results(directories: Sequence[Path]) -> list[Path]:
 
 
 def load_runs(directories: Sequence[Path], progress: bool = True) -> list[Run]:
-    """Read every run under ``directories``; refuse runs without curve.csv and mixed datasets."""
+    """Read every finished run under ``directories``; refuse runs without curve.csv and mixed
+    datasets. Runs whose results.json says ``status`` failed or interrupted are left out (and
+    listed on stderr): their final values are not comparable."""
     from tqdm.auto import tqdm
 
     paths = find_results([Path(d) for d in directories])
+    unfinished = [p for p in paths if _status(p) not in (None, "finished")]
+    if unfinished:
+        paths = [p for p in paths if p not in unfinished]
+        if not paths:
+            raise ReportError(
+                f"no finished runs under {', '.join(str(d) for d in directories)}: all "
+                f"{len(unfinished)} runs failed or were interrupted"
+            )
+        print(
+            f"leaving out {len(unfinished)} run(s) that did not finish: "
+            + ", ".join(f"{p.parent} ({_status(p)})" for p in unfinished[:5])
+            + (" ..." if len(unfinished) > 5 else ""),
+            file=sys.stderr,
+        )
     without_curve = [str(p.parent) for p in paths if not (p.parent / "curve.csv").is_file()]
     if without_curve:
         shown = ", ".join(without_curve[:3]) + (" ..." if len(without_curve) > 3 else "")
