@@ -186,4 +186,4 @@ def test_a_crashed_run_keeps_its_curve(make_cfg):
     with pytest.raises(RuntimeError, match="killed"):
         trainer.fit(module, datamodule=datamodule)
     assert [row["epoch"] for row in read_curve(path)] == [1.0, 2.0]
-    assert not path.with_name("curve.csv.partial").exists()
+    assert [p.name for p in path.parent.glob(".curve.csv.*")] == []

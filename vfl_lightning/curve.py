@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import tempfile
 from pathlib import Path
 
 import lightning as L
@@ -75,7 +76,7 @@ class CurveWriter(L.Callback):
         pl_module.log_dict(logged, on_step=False, on_epoch=True)
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if not self._recording(trainer) or trainer.global_rank != 0:
+        if not self._recording(trainer) or not trainer.is_global_zero:
             return
         metrics = {
             key: float(value)
@@ -91,15 +92,20 @@ class CurveWriter(L.Callback):
         return fixed + sorted(seen - set(fixed))
 
     def write(self) -> None:
-        """Write every row to ``path`` through a temporary file renamed into place."""
+        """Write every row to ``path`` through a temporary file (unique name, same directory)
+        renamed into place."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name(self.path.name + ".partial")
-        with open(partial, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns(), restval="")
-            writer.writeheader()
-            for row in self.rows:
-                writer.writerow({k: repr(v) for k, v in row.items()})
-        os.replace(partial, self.path)
+        handle, partial = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        try:
+            with os.fdopen(handle, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=self.columns(), restval="")
+                writer.writeheader()
+                for row in self.rows:
+                    writer.writerow({k: repr(v) for k, v in row.items()})
+            os.replace(partial, self.path)
+        except BaseException:
+            Path(partial).unlink(missing_ok=True)
+            raise
 
     def state_dict(self) -> dict:
         return {"rows": [dict(row) for row in self.rows]}
