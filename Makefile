@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train test test-all lint bench clean data
+.PHONY: install train test test-slow test-all lint bench clean data
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ train: $(STAMP)
 
 test: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	WANDB_MODE=disabled $(PY) -m pytest -q -m slow
 
 test-all: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -q -m "slow or not slow"

@@ -3,15 +3,12 @@
 import hydra
 from omegaconf import DictConfig
 
-from vfl_lightning.search import objective
-from vfl_lightning.train import train
+from vfl_lightning.cli import main as run
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    results = train(cfg)
-    print(f"results: {cfg.paths.output_dir}/results.json")
-    return objective(cfg, results)
+    return run(cfg)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -38,6 +40,47 @@ def compose_config(output_dir: Path, *overrides: str) -> DictConfig:
         del cfg["hydra"]
     GlobalHydra.instance().clear()
     return cfg
+
+
+class StopAt(L.Callback):
+    """Stops a run before batch ``batch`` of epoch ``epoch``: ``how`` = ``error`` (an exception),
+    ``interrupt`` (Ctrl-C), ``kill`` (SIGKILL to this process: kill -9, no cleanup at all) or
+    ``poison`` (a NaN head weight, so training itself must notice and stop).
+    Used as ``+callbacks.stop._target_=conftest.StopAt`` (subprocesses add tests/ to the path)."""
+
+    def __init__(self, epoch: int, batch: int, how: str = "error") -> None:
+        self.epoch, self.batch, self.how = epoch, batch, how
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if (trainer.current_epoch, batch_idx) != (self.epoch, self.batch):
+            return
+        if self.how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.how == "interrupt":
+            raise KeyboardInterrupt
+        if self.how == "poison":  # the run goes on with a NaN weight: its next loss is NaN
+            with torch.no_grad():
+                next(pl_module.head.parameters()).view(-1)[0] = float("nan")
+            return
+        raise RuntimeError(f"simulated crash at epoch {self.epoch}, batch {self.batch}")
+
+
+def stop_at(epoch: int, batch: int, how: str = "error") -> list[str]:
+    """The overrides that add :class:`StopAt` to a run."""
+    return [
+        "+callbacks.stop._target_=conftest.StopAt",
+        f"+callbacks.stop.epoch={epoch}",
+        f"+callbacks.stop.batch={batch}",
+        f"+callbacks.stop.how={how}",
+    ]
+
+
+def assert_same_training_state(a: dict, b: dict) -> None:
+    """Two checkpoints hold bit-identical parameters and wire state (ledger, clock)."""
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    for key, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][key]), key
+    assert a["vfl"]["wire"] == b["vfl"]["wire"]
 
 
 @pytest.fixture
@@ -84,8 +127,5 @@ def resume_against_straight(make_cfg, common, *, epochs: int, first: int):
     results = train(resumed)
     a = torch.load(last(straight), weights_only=False)
     b = torch.load(last(resumed), weights_only=False)
-    assert a["state_dict"].keys() == b["state_dict"].keys()
-    for key, value in a["state_dict"].items():
-        assert torch.equal(value, b["state_dict"][key]), key
-    assert a["vfl"]["wire"] == b["vfl"]["wire"]
+    assert_same_training_state(a, b)
     return a, b, results

@@ -178,8 +178,8 @@ def test_pbm_state_dict_refuses_other_parameters():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(beta=0.3), r"beta must be in \[0, 0.25\], got 0.3"),
-        (dict(beta=-0.01), r"beta must be in \[0, 0.25\], got -0.01"),
+        (dict(beta=0.3), r"beta must be in \(0, 0.25\] for PBM, got 0.3"),
+        (dict(beta=-0.01), r"beta must be in \(0, 0.25\] for PBM, got -0.01"),
         (dict(beta=0.0), r"beta must be in \(0, 0.25\] for PBM, got 0"),
         (dict(b=0), r"b must be an integer >= 1, got 0"),
         (dict(b=-3), r"b must be an integer >= 1, got -3"),
@@ -226,7 +226,7 @@ def test_ldp_matched_sigma_and_noise_level():
         (dict(sigma=-1.0), r"sigma must be > 0, got -1.0"),
         (dict(), r"GaussianLDP needs sigma, or both b and beta"),
         (dict(b=4), r"GaussianLDP needs sigma, or both b and beta"),
-        (dict(b=4, beta=0.3), r"beta must be in \[0, 0.25\], got 0.3"),
+        (dict(b=4, beta=0.3), r"beta must be in \(0, 0.25\] for PBM, got 0.3"),
         (dict(b=0, beta=0.1), r"b must be an integer >= 1, got 0"),
         (dict(sigma=1.0, C=0.0), r"C must be > 0, got 0.0"),
     ],

@@ -16,11 +16,10 @@ import pytest
 from conftest import CONF_DIR, QUIET
 from hydra.core.global_hydra import GlobalHydra
 
+from vfl_lightning.cli import main as cli_main
 from vfl_lightning.curve import AXES, read_curve
 from vfl_lightning.report import ReportError, make_report
 from vfl_lightning.report.__main__ import main as report_main
-from vfl_lightning.search import objective
-from vfl_lightning.train import train
 
 SWEEP = [
     "algo=npq,pbm",
@@ -33,12 +32,9 @@ SWEEP = [
 
 
 def run_multirun(argv: list[str]) -> None:
-    """``python train.py -m <argv>`` in this process (the root train.py's job function)."""
+    """``python train.py -m <argv>`` in this process (the root train.py's task function)."""
 
-    def task(cfg):
-        return objective(cfg, train(cfg))
-
-    main = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(task)
+    main = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(cli_main)
     GlobalHydra.instance().clear()
     saved = sys.argv
     sys.argv = ["train.py", "-m", *QUIET, *argv]

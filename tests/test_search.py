@@ -72,7 +72,8 @@ def test_failing_trials_do_not_end_the_study(tmp_path):
     failed = [job for job in jobs if betas[job.name] == "0.3"]
     completed = [job for job in jobs if betas[job.name] == "0.1"]
     assert failed and completed
-    assert not any((job / "results.json").exists() for job in failed)
+    statuses = [json.loads((job / "results.json").read_text())["status"] for job in failed]
+    assert statuses == ["failed"] * len(failed)
     best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     accuracies = [json.loads((j / "results.json").read_text())["val/acc"] for j in completed]
     assert best["best_value"] == pytest.approx(max(accuracies))

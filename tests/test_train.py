@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import runpy
 import subprocess
 import sys
 import warnings
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CONF_DIR, compose_config, resume_against_straight
+from hydra.core.global_hydra import GlobalHydra
 
 from vfl_lightning.train import train
 
@@ -86,6 +88,61 @@ def test_cli_breast_cancer_seven_parties_writes_results_with_auroc(tmp_path):
     assert list((tmp_path / "csv").rglob("metrics.csv"))
 
 
+def test_multirun_in_process_writes_one_results_file_per_job(tmp_path, monkeypatch):
+    """The root train.py's Hydra main with -m, run in this process by the basic launcher."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "train.py",
+            "-m",
+            "algo=splitnn,npq",
+            "debug=fdr",
+            "logger=none",
+            "trainer.enable_progress_bar=false",
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+    )
+    try:
+        runpy.run_path(str(ROOT / "train.py"), run_name="__main__")
+    finally:
+        GlobalHydra.instance().clear()
+    runs = {json.loads(p.read_text())["algo"]: p.parent for p in tmp_path.rglob("results.json")}
+    assert sorted(runs) == ["npq", "splitnn"]
+    for algo, job_dir in runs.items():
+        assert json.loads((job_dir / "results.json").read_text())["status"] == "finished"
+        assert (job_dir / ".hydra" / "overrides.yaml").read_text().count(f"algo={algo}") == 1
+
+
+def test_multirun_failed_job_is_one_line_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    argv = [
+        "train.py",
+        "-m",
+        "seed=-1,0",
+        "debug=fdr",
+        "logger=none",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+    monkeypatch.setattr(sys, "argv", argv)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            runpy.run_path(str(ROOT / "train.py"), run_name="__main__")
+    finally:
+        GlobalHydra.instance().clear()
+    assert stop.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.count("error: seed must be an integer in [0, 2^32 - 1], got -1") == 2  # job, sweep
+    statuses = {
+        p.parent.name: json.loads(p.read_text())["status"] for p in tmp_path.rglob("results.json")
+    }
+    assert statuses == {"0": "failed", "1": "finished"}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
 def test_multirun_over_algos(tmp_path, launcher):
     _run(
@@ -112,6 +169,7 @@ def _data_available(name: str) -> bool:
     return optional.get(name, lambda: True)()
 
 
+@pytest.mark.slow
 def test_multirun_runs_every_experiment(tmp_path):
     assert EXPERIMENTS, "conf/experiment has no experiment"
     datasets = {

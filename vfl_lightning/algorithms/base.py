@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import (
@@ -22,7 +23,9 @@ from torchmetrics.classification import (
     MulticlassAccuracy,
 )
 
+from vfl_lightning.errors import NonFiniteLoss
 from vfl_lightning.mechanisms.base import Mechanism, fuse_tensors, join_own_embedding
+from vfl_lightning.parallel import FederationDDPStrategy, RowShares
 from vfl_lightning.wire import SimulatedClock, Wire
 from vfl_lightning.wire.clock import DelayModel
 
@@ -31,13 +34,18 @@ EVAL_STAGES = ("val", "test")
 
 
 def make_metrics(num_classes: int, stage: str) -> MetricCollection:
-    """Accuracy for every task; AUROC and AUPRC (average precision) too for binary eval stages."""
+    """Accuracy for every task; AUROC and AUPRC (average precision) too for binary eval stages.
+
+    Not synchronized across processes: with ``trainer=ddp`` every rank scores the whole global
+    batch (see :class:`~vfl_lightning.parallel.RowShares`), so its metrics are already complete.
+    """
+    local = {"sync_on_compute": False}
     if num_classes == 2:
-        metrics = {"acc": BinaryAccuracy()}
+        metrics = {"acc": BinaryAccuracy(**local)}
         if stage != "train":
-            metrics |= {"auroc": BinaryAUROC(), "auprc": BinaryAveragePrecision()}
+            metrics |= {"auroc": BinaryAUROC(**local), "auprc": BinaryAveragePrecision(**local)}
     else:
-        metrics = {"acc": MulticlassAccuracy(num_classes=num_classes, average="micro")}
+        metrics = {"acc": MulticlassAccuracy(num_classes=num_classes, average="micro", **local)}
     return MetricCollection(metrics, prefix=f"{stage}/")
 
 
@@ -62,9 +70,15 @@ class VFLModule(L.LightningModule):
     the last slice of every batch, and that fresh embedding joins the fusion at the server
     (:meth:`server_fuse`) without crossing the wire; the server optimizer steps it with the head.
     Protocols that handle it set ``SUPPORTS_ACTIVE_PARTY``.
+
+    Data parallelism (``trainer=ddp``, protocols with ``DATA_PARALLEL``): ``self.rows`` says which
+    rows of every global batch this rank's parties embed; :meth:`embed` gathers the embeddings of
+    all ranks, so the server side runs on the global batch, and :meth:`backward_parties` sums the
+    party gradients across ranks (:class:`~vfl_lightning.parallel.RowShares`).
     """
 
     SUPPORTS_ACTIVE_PARTY = False
+    DATA_PARALLEL = False
 
     def __init__(
         self,
@@ -118,6 +132,14 @@ class VFLModule(L.LightningModule):
         )
         self._generators: dict[str, torch.Generator] = {}
         self._pending_generator_state: torch.Tensor | None = None
+        self.rows = RowShares()
+        self._first_bad_round: torch.Tensor | None = None
+        self.run_config: dict | None = None
+
+    @classmethod
+    def check_party_class(cls, party_class: type, name: str) -> None:
+        """Refuse, before anything is built, a party model this protocol cannot run (``name``:
+        the algo name for the message). Every party model is fine by default."""
 
     @property
     def num_parties(self) -> int:
@@ -149,10 +171,18 @@ class VFLModule(L.LightningModule):
         (d<h, g>/dh = g bit for bit), at the cost of one autograd pass instead of M. Parties whose
         gradient is ``None`` are skipped. The gradient g_m arrived over the wire as plain values,
         so this pass is plain autograd: no loss scaling applies to it (see ``check_precision``).
+        Data-parallel ranks each hold their rows' part of the party gradients; they are summed
+        across ranks here, before any party optimizer steps.
         """
         terms = [(h * g).sum() for h, g in zip(embeddings, gradients, strict=True) if g is not None]
         if terms:
             torch.autograd.backward(torch.stack(terms).sum())
+            self.rows.sum_gradients(self.parties.parameters())
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Only the server optimizer steps through Lightning (module docstring), so this runs
+        before every server update: data-parallel ranks take rank 0's server gradient."""
+        self.rows.broadcast_gradients(self.server_parameters())
 
     @staticmethod
     def step_party(optimizer) -> None:
@@ -163,6 +193,30 @@ class VFLModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         self.check_precision(str(self.trainer.precision))
+        self.rows = self.data_parallel_rows()
+
+    def data_parallel_rows(self) -> RowShares:
+        """This rank's :class:`RowShares` under ``trainer=ddp``; refuse any other multi-process
+        strategy, and data parallelism for protocols that cannot split their batches."""
+        trainer = self.trainer
+        strategy = trainer.strategy
+        if trainer.world_size == 1 and not isinstance(strategy, DDPStrategy):
+            return RowShares()
+        if not self.DATA_PARALLEL:
+            raise ValueError(
+                f"algo={self.name} cannot run data-parallel (trainer.devices x num_nodes = "
+                f"{trainer.world_size}, strategy {type(strategy).__name__}): its protocol state is "
+                "not a function of each batch's rows; only the synchronous family (splitnn, npq, "
+                "pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd) supports trainer=ddp. Use "
+                "trainer.devices=1 without a DDP strategy"
+            )
+        if not isinstance(strategy, FederationDDPStrategy):
+            raise ValueError(
+                f"strategy {type(strategy).__name__} with {trainer.world_size} process(es) would "
+                "not reduce the party gradients (their backward bypasses DistributedDataParallel): "
+                "use trainer=ddp (vfl_lightning.parallel.FederationDDPStrategy)"
+            )
+        return RowShares(trainer.world_size, trainer.global_rank)
 
     @classmethod
     def check_precision(cls, precision: str) -> None:
@@ -196,15 +250,22 @@ class VFLModule(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._restart_eval_generator("val")
+        self.mechanism.begin_evaluation(self.release_stream("val"), self.wire.ledger.rounds)
 
     def on_test_epoch_start(self) -> None:
         self._restart_eval_generator("test")
+        self.mechanism.begin_evaluation("test", self.wire.ledger.rounds)
 
     # ----------------------------------------------------------------- forward
     def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Each party's embedding of its slice: h_m = party_m(x_m) (not the server's own slice)."""
+        """Each party's embedding of its slice: h_m = party_m(x_m) (not the server's own slice).
+
+        Data-parallel: each rank's parties embed the rank's rows, and the result is gathered into
+        the global batch (gradients flow back to the rank's own rows)."""
         wire_xs = xs[:-1] if self.server_party is not None else xs
-        return [party(x) for party, x in zip(self.parties, wire_xs, strict=True)]
+        shares = self.rows.take(wire_xs)
+        local = [party(x) for party, x in zip(self.parties, shares, strict=True)]
+        return self.rows.gather(local, int(wire_xs[0].shape[0]))
 
     def own_embedding(self, xs: Sequence[torch.Tensor]) -> torch.Tensor | None:
         """The active server's fresh embedding of its own (last) slice, or ``None``."""
@@ -217,9 +278,9 @@ class VFLModule(L.LightningModule):
         return join_own_embedding(fused, own, self.mechanism.fusion, self.num_parties)
 
     def forward(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Logits as the deployed protocol computes them (mechanism applied per ``apply_at_eval``)."""
-        stage = "val" if not self.training else "train"
-        return self.head(self.server_input(xs, stage))
+        """Logits as the deployed protocol computes them (mechanism applied per ``apply_at_eval``,
+        on the ``predict`` release stream)."""
+        return self.head(self.server_input(xs, "predict"))
 
     @staticmethod
     def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -260,9 +321,52 @@ class VFLModule(L.LightningModule):
         out["comm/peer_mb"] = self.wire.ledger.megabytes("peer")
         return out
 
+    # ----------------------------------------------------------------- non-finite values
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        """Record the first round with a non-finite loss on the device (no host sync per step);
+        check it every ``log_every_n_steps`` server updates (and before every checkpoint)."""
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            if self._first_bad_round is None:
+                self._first_bad_round = torch.full((), -1, dtype=torch.int64, device=loss.device)
+            bad = ~torch.isfinite(loss.detach()).all() & (self._first_bad_round < 0)
+            self._first_bad_round = torch.where(
+                bad, self.wire.ledger.rounds - 1, self._first_bad_round
+            )
+        if self.trainer.global_step % max(1, self.trainer.log_every_n_steps) == 0:
+            self.check_finite()
+
+    def check_finite(self) -> None:
+        """Raise :class:`NonFiniteLoss` naming the round if a loss or a parameter is non-finite."""
+        bad_round = -1 if self._first_bad_round is None else int(self._first_bad_round)
+        what = "the training loss"
+        if bad_round < 0:
+            finite = torch.stack([torch.isfinite(p).all() for p in self.parameters()]).all()
+            if bool(finite):
+                return
+            bad_round, what = self.wire.ledger.rounds - 1, "a model parameter"
+        lr = ""
+        if self._trainer is not None and self.trainer.optimizers:
+            lr = f" (optimizer.lr={self.trainer.optimizers[-1].param_groups[0]['lr']:g})"
+        raise NonFiniteLoss(
+            f"training stopped: {what} became non-finite at round {bad_round}; the likely cause "
+            f"is a learning rate{lr} too large for this model; the last checkpoint written "
+            "before it is kept"
+        )
+
     # ----------------------------------------------------------------- evaluation
+    def release_stream(self, stage: str) -> str:
+        """The mechanism's release stream of an evaluation ``stage``: the sanity check's
+        validation batches get their own (``sanity``), so they never share masks with ``val``."""
+        trainer = self._trainer
+        if stage == "val" and trainer is not None and trainer.sanity_checking:
+            return "sanity"
+        return stage
+
     def server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor:
-        fused = self.mechanism.evaluate(self.embed(xs), generator=self.generator(stage))
+        fused = self.mechanism.evaluate(
+            self.embed(xs), generator=self.generator(stage), stream=self.release_stream(stage)
+        )
         return self.server_fuse(fused, self.own_embedding(xs))
 
     def clean_server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor | None:
@@ -305,6 +409,7 @@ class VFLModule(L.LightningModule):
             "mechanism": self.mechanism.state_dict(),
             "train_generator": None if train_gen is None else train_gen.get_state(),
             "torch_rng": torch.get_rng_state(),
+            "config": self.run_config,
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:

@@ -149,6 +149,13 @@ class FedVSFamily(VFLModule):
         self.per_segment_batch = 0
         self._project_weights()
 
+    @classmethod
+    def check_party_class(cls, party_class: type, name: str) -> None:
+        if not issubclass(party_class, PolynomialNetwork):
+            raise ValueError(
+                f"algo={name} needs polynomial-network parties (party=pn), got {party_class.__name__}"
+            )
+
     # ----------------------------------------------------------------- setup
     def on_train_start(self) -> None:
         datamodule = self.trainer.datamodule

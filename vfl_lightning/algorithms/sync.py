@@ -33,6 +33,7 @@ class SyncVFL(VFLModule):
     """
 
     SUPPORTS_ACTIVE_PARTY = True
+    DATA_PARALLEL = True
 
     # ------------------------------------------------------------- the exchange, in pieces
     def send_embeddings(

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vfl_lightning.data.datasets import RawDataset, binary_view, load_dataset
 from vfl_lightning.data.partition import PartySlice, make_partition
+from vfl_lightning.data.resumable import ResumableLoader
 
 STAGES = ("train", "val", "test")
 
@@ -226,7 +227,9 @@ class VerticalDataModule(L.LightningDataModule):
             seed=self.seed,
             drop_last=self.drop_last and train,
         )
-        return DataLoader(split, sampler=sampler, batch_size=None, num_workers=0)
+        # the training loader keeps its position within the epoch for mid-epoch checkpoints
+        loader = ResumableLoader if train else DataLoader
+        return loader(split, sampler=sampler, batch_size=None, num_workers=0)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")

@@ -8,6 +8,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from vfl_lightning.data.datamodule import VerticalDataModule
+from vfl_lightning.data.resumable import ResumableLoader
 
 
 def check_segments(size: int, segments: int, per_segment_batch: int) -> None:
@@ -78,4 +79,6 @@ class SegmentedDataModule(VerticalDataModule):
         sampler = SegmentBatchSampler(
             len(self.splits["train"]), self.segments, self.per_segment_batch, seed=self.seed
         )
-        return DataLoader(self.splits["train"], sampler=sampler, batch_size=None, num_workers=0)
+        return ResumableLoader(
+            self.splits["train"], sampler=sampler, batch_size=None, num_workers=0
+        )

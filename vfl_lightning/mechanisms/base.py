@@ -15,6 +15,27 @@ import torch
 
 FUSIONS = ("sum", "mean", "concat")
 
+RELEASE_STREAMS = ("train", "val", "test", "sanity", "predict")
+"""Release streams: training rounds, and one stream per evaluation stage (the sanity check and
+``predict`` included). Each release's round number carries its stream in the top bits."""
+STREAM_SHIFT = 56
+EVALUATION_SHIFT = 24
+"""An evaluation at training round r releases from index r << 24 on (see ``begin_evaluation``)."""
+
+
+def release_round(stream: str, index: int) -> int:
+    """The round number of the ``index``-th release of ``stream``: (stream id << 56) | index.
+
+    Training is stream 0, so its round numbers are the training rounds themselves. Distinct
+    (stream, index) pairs give distinct round numbers, hence distinct secure-aggregation mask
+    streams (the pair key is a bijection of the round number, see ``PairwiseMasking``).
+    """
+    if stream not in RELEASE_STREAMS:
+        raise ValueError(f"release stream must be one of {RELEASE_STREAMS}, got {stream!r}")
+    if not 0 <= int(index) < 1 << STREAM_SHIFT:
+        raise ValueError(f"release index must be in [0, 2^{STREAM_SHIFT}), got {index}")
+    return (RELEASE_STREAMS.index(stream) << STREAM_SHIFT) | int(index)
+
 
 def check_fusion(fusion: str) -> str:
     if fusion not in FUSIONS:
@@ -72,6 +93,14 @@ class Mechanism(ABC):
     training step's diagnostics as tensors (logged by the algorithm, never synchronized here).
     ``noisy``: the release adds noise (PBM, LDP), so evaluation through it differs from the clean
     sum and the algorithm also logs the clean accuracy (``val/acc_clean``).
+
+    Training releases use the training round as ``round``; evaluation releases
+    (:meth:`evaluate`) count their own releases per stream in ``eval_releases`` and use
+    :func:`release_round` of (stream, count), so no two releases of a run share masks. The counts
+    are part of :meth:`state_dict` and continue across a resume; :meth:`begin_evaluation` also
+    lifts a stream's count to at least (training round << 24), so an evaluation that ran after
+    the last checkpoint (the test after fitting) is not repeated with the same masks by a resumed
+    run that trained further.
     """
 
     bits_per_element: int | None = None
@@ -84,6 +113,7 @@ class Mechanism(ABC):
         self.fusion = check_fusion(fusion)
         self.apply_at_eval = bool(apply_at_eval)
         self.stats: dict[str, torch.Tensor] = {}
+        self.eval_releases = {stream: 0 for stream in RELEASE_STREAMS[1:]}
 
     def fused_width(self, widths: Sequence[int]) -> int:
         return fused_width(widths, self.fusion)
@@ -116,16 +146,37 @@ class Mechanism(ABC):
         """Encode and fuse in one go (evaluation; no wire accounting)."""
         return self.fuse(self.encode(embeddings, generator=generator, round=round))
 
+    def begin_evaluation(self, stream: str, training_round: int) -> None:
+        """Start an evaluation of ``stream`` at ``training_round``: its releases continue from
+        max(current count, training_round << 24), so they stay unique across a resume."""
+        self._check_stream(stream)
+        floor = int(training_round) << EVALUATION_SHIFT
+        self.eval_releases[stream] = max(self.eval_releases[stream], floor)
+
+    def _check_stream(self, stream: str) -> None:
+        if stream not in self.eval_releases:
+            raise ValueError(
+                f"evaluation stream must be one of {tuple(self.eval_releases)}, got {stream!r}"
+            )
+
     def evaluate(
-        self, embeddings: Sequence[torch.Tensor], *, generator: torch.Generator | None = None
+        self,
+        embeddings: Sequence[torch.Tensor],
+        *,
+        generator: torch.Generator | None = None,
+        stream: str = "val",
     ) -> torch.Tensor:
-        """The server input at validation/test time, honouring ``apply_at_eval``."""
-        if self.apply_at_eval:
-            return self.release(embeddings, generator=generator)
-        return fuse_tensors(embeddings, self.fusion)
+        """The server input at evaluation time (``stream``: val, test, sanity or predict),
+        honouring ``apply_at_eval``; each release takes the next round of its own stream."""
+        self._check_stream(stream)
+        if not self.apply_at_eval:
+            return fuse_tensors(embeddings, self.fusion)
+        round = release_round(stream, self.eval_releases[stream])
+        self.eval_releases[stream] += 1
+        return self.release(embeddings, generator=generator, round=round)
 
     def state_dict(self) -> dict:
-        return {}
+        return {"eval_releases": dict(self.eval_releases)}
 
     def load_state_dict(self, state: dict) -> None:
-        return None
+        self.eval_releases |= state.get("eval_releases", {})

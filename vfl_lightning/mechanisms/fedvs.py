@@ -33,6 +33,11 @@ class FedVSCodec:
         prime: int = DEFAULT_PRIME,
         weight_bound: float = 4.0,
     ) -> None:
+        if isinstance(T, bool) or not isinstance(T, int) or T < 1:
+            raise ValueError(
+                f"algo.T must be an integer >= 1, got {T!r}: with T = 0 the data shares carry no "
+                "mask, so (at K = 1) every client receives the others' quantized data in the clear"
+            )
         self.code = LagrangeCode(num_clients, K, T, prime)
         self.num_clients, self.K, self.T, self.prime = num_clients, K, T, prime
         self.l_x, self.l_w, self.weight_bound = l_x, l_w, float(weight_bound)

@@ -74,10 +74,17 @@ class GaussianLDP(Mechanism):
     def fuse(self, messages: Sequence[torch.Tensor]) -> torch.Tensor:
         return fuse_tensors(messages, "sum")
 
-    def state_dict(self) -> dict:
+    def parameters_state(self) -> dict:
         return {"sigma": self.sigma, "C": self.C, "num_parties": self.num_parties}
 
+    def state_dict(self) -> dict:
+        return self.parameters_state() | super().state_dict()
+
     def load_state_dict(self, state: dict) -> None:
-        mine = self.state_dict()
-        if state != mine:
-            raise ValueError(f"checkpoint was written by GaussianLDP {state}, this run uses {mine}")
+        mine = self.parameters_state()
+        theirs = {key: state.get(key) for key in mine}
+        if theirs != mine:
+            raise ValueError(
+                f"checkpoint was written by GaussianLDP {theirs}, this run uses {mine}"
+            )
+        super().load_state_dict(state)

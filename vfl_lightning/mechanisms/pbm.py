@@ -22,7 +22,7 @@ def check_pbm_parameters(b, beta, C) -> tuple[int, float, float]:
         raise ValueError(f"b must be an integer >= 1, got {b!r}")
     beta = float(beta)
     if not 0.0 <= beta <= 0.25:
-        raise ValueError(f"beta must be in [0, 0.25], got {beta}")
+        raise ValueError(f"beta must be in (0, 0.25] for PBM, got {beta}")
     if beta == 0.0:
         raise ValueError(
             "beta must be in (0, 0.25] for PBM, got 0: beta = 0 makes p = 1/2 for every input, so "
@@ -127,10 +127,15 @@ class PBM(Mechanism):
     def fuse(self, messages: Sequence[torch.Tensor]) -> torch.Tensor:
         return self.dequantize(self.masking.secure_sum(list(messages)))
 
-    def state_dict(self) -> dict:
+    def parameters_state(self) -> dict:
         return {"b": self.b, "beta": self.beta, "C": self.C, "num_parties": self.num_parties}
 
+    def state_dict(self) -> dict:
+        return self.parameters_state() | super().state_dict()
+
     def load_state_dict(self, state: dict) -> None:
-        mine = self.state_dict()
-        if state != mine:
-            raise ValueError(f"checkpoint was written by PBM {state}, this run uses PBM {mine}")
+        mine = self.parameters_state()
+        theirs = {key: state.get(key) for key in mine}
+        if theirs != mine:
+            raise ValueError(f"checkpoint was written by PBM {theirs}, this run uses PBM {mine}")
+        super().load_state_dict(state)

@@ -100,8 +100,15 @@ class PairwiseMasking:
         return len(self.pair_seeds)
 
     def stream_keys(self, round: int) -> list[int]:
-        """Each pair's PRG key for round ``round``: splitmix64(pair seed XOR splitmix64(round))."""
-        round_key = splitmix64_int(int(round) & ((1 << 64) - 1))
+        """Each pair's PRG key for round ``round``: splitmix64(pair seed XOR splitmix64(round)).
+
+        splitmix64 is a bijection of 64-bit words, so for one pair distinct rounds in [0, 2^64)
+        give distinct keys: callers keep rounds distinct (``mechanisms.base.release_round`` puts
+        training and each evaluation stage in disjoint ranges) and masks are never reused.
+        """
+        if not 0 <= int(round) < 1 << 64:
+            raise ValueError(f"round must be in [0, 2^64), got {round}")
+        round_key = splitmix64_int(int(round))
         return [_as_int64(splitmix64_int(seed ^ round_key)) for seed in self.pair_seeds]
 
     def pair_masks(

@@ -21,6 +21,10 @@ def check_orders(orders: Sequence[float]) -> np.ndarray:
     return array
 
 
+MAX_ACCOUNTED_TRIALS = 4096
+"""Largest M*b the exact accountant takes (one convolution holds ~(M*b)^2 / 2 floats)."""
+
+
 def check_pbm_privacy_parameters(b: int, beta: float, num_parties: int, num_changed: int) -> None:
     if isinstance(b, bool) or not float(b).is_integer() or int(b) < 1:
         raise ValueError(f"b must be an integer >= 1, got {b!r}")
@@ -30,6 +34,13 @@ def check_pbm_privacy_parameters(b: int, beta: float, num_parties: int, num_chan
         raise ValueError(f"num_parties must be >= 1, got {num_parties}")
     if not 1 <= int(num_changed) <= int(num_parties):
         raise ValueError(f"num_changed must be in [1, {num_parties}], got {num_changed}")
+    total = int(num_parties) * int(b)
+    if total > MAX_ACCOUNTED_TRIALS:
+        raise ValueError(
+            f"num_parties * b = {total} is too large for the exact PBM accountant (at most "
+            f"{MAX_ACCOUNTED_TRIALS}: it convolves Binomial pmfs over M*b + 1 counts, with memory "
+            f"growing as (M*b)^2); lower mechanism.b to at most {MAX_ACCOUNTED_TRIALS // int(num_parties)}"
+        )
 
 
 def _log_convolve(log_a: np.ndarray, log_c: np.ndarray) -> np.ndarray:

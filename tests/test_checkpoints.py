@@ -1,0 +1,164 @@
+"""Checkpoints survive a crash: last.ckpt after every epoch, atomic writes, and a run killed
+mid-epoch (exception, or kill -9 of the process) resumes to the uninterrupted result."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CONF_DIR, assert_same_training_state, stop_at
+
+from vfl_lightning.checkpoints import LastCheckpoint, atomic_torch_save
+from vfl_lightning.train import train
+
+ROOT = Path(CONF_DIR).parent
+PROTOCOLS = {
+    "pbm": ["algo=pbm"],
+    "cascade": ["algo=cascade"],
+    "fedvs": ["experiment=fedvs_digits"],
+}
+SHORT = ["trainer.limit_train_batches=4", "trainer.limit_val_batches=1", "test=false"]
+
+
+def last(cfg) -> Path:
+    return Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+
+
+def resume_equals_straight(make_cfg, common: list[str], crashed_dir: Path, epochs: int) -> dict:
+    """Resume from the crashed run's last.ckpt to ``epochs`` and compare with a straight run."""
+    straight = make_cfg(*common, f"trainer.max_epochs={epochs}")
+    train(straight)
+    resumed = make_cfg(
+        *common,
+        f"trainer.max_epochs={epochs}",
+        f"ckpt_path={crashed_dir / 'checkpoints' / 'last.ckpt'}",
+    )
+    results = train(resumed)
+    a = torch.load(last(straight), weights_only=False)
+    b = torch.load(last(resumed), weights_only=False)
+    assert_same_training_state(a, b)
+    return results
+
+
+def test_crash_mid_epoch_keeps_last_epoch_checkpoint_and_resume_equals_straight(make_cfg):
+    common = ["algo=pbm", *SHORT]
+    crashed = make_cfg(*common, "trainer.max_epochs=4", *stop_at(epoch=2, batch=1))
+    with pytest.raises(RuntimeError, match="simulated crash at epoch 2, batch 1"):
+        train(crashed)
+    checkpoint = torch.load(last(crashed), weights_only=False)
+    assert checkpoint["epoch"] == 1 and checkpoint["global_step"] == 8  # after 2 full epochs
+    results = json.loads((Path(crashed.paths.output_dir) / "results.json").read_text())
+    assert results["status"] == "failed" and "simulated crash" in results["error"]
+    assert not [p for p in last(crashed).parent.iterdir() if p.name != "last.ckpt"]
+    resumed = resume_equals_straight(make_cfg, common, Path(crashed.paths.output_dir), epochs=4)
+    assert resumed["status"] == "finished" and resumed["comm/rounds"] == 16
+
+
+def test_every_n_train_steps_also_writes_mid_epoch(make_cfg):
+    cfg = make_cfg(
+        "algo=npq",
+        *SHORT,
+        "trainer.max_epochs=2",
+        "callbacks.checkpoint.every_n_train_steps=3",
+        *stop_at(epoch=0, batch=3),
+    )
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg)
+    assert torch.load(last(cfg), weights_only=False)["global_step"] == 3
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, True])
+def test_every_n_train_steps_must_be_a_positive_integer(value):
+    with pytest.raises(ValueError, match=r"every_n_train_steps must be an integer >= 1 or null"):
+        LastCheckpoint("unused", every_n_train_steps=value)
+
+
+def test_interrupted_write_keeps_the_previous_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    target = tmp_path / "last.ckpt"
+    atomic_torch_save({"epoch": 1}, target)
+
+    def broken_save(obj, f):
+        f.write(b"partial bytes")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_torch_save({"epoch": 2}, target)
+    monkeypatch.undo()
+    assert torch.load(target)["epoch"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_temporary_file_is_written_next_to_the_target(tmp_path, monkeypatch):
+    seen = []
+    original = os.replace
+
+    def spy(source, destination):
+        seen.append((Path(source).parent, Path(destination)))
+        return original(source, destination)
+
+    monkeypatch.setattr(os, "replace", spy)
+    atomic_torch_save({"x": 1}, tmp_path / "sub" / "last.ckpt")
+    assert seen == [(tmp_path / "sub", tmp_path / "sub" / "last.ckpt")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_kill_minus_9_mid_epoch_then_resume_equals_uninterrupted(make_cfg, tmp_path, protocol):
+    common = [*PROTOCOLS[protocol], *SHORT]
+    killed_dir = tmp_path / "killed"
+    env = {
+        **os.environ,
+        "WANDB_MODE": "disabled",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            *common,
+            "trainer.max_epochs=3",
+            "logger=none",
+            "trainer.enable_progress_bar=false",
+            *stop_at(epoch=2, batch=2, how="kill"),
+            f"hydra.run.dir={killed_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert torch.load(killed_dir / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == 1
+    resume_equals_straight(make_cfg, [*common, "trainer.max_epochs=3"], killed_dir, epochs=3)
+
+
+@pytest.mark.parametrize("protocol", ["pbm", "fedvs"])
+def test_mid_epoch_checkpoint_resumes_with_the_next_batch(make_cfg, protocol):
+    common = [*PROTOCOLS[protocol], *SHORT, "callbacks.checkpoint.every_n_train_steps=2"]
+    crashed = make_cfg(*common, "trainer.max_epochs=3", *stop_at(epoch=1, batch=3))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(crashed)
+    assert torch.load(last(crashed), weights_only=False)["global_step"] == 6  # mid epoch 1
+    resume_equals_straight(make_cfg, common, Path(crashed.paths.output_dir), epochs=3)
+
+
+def test_every_n_train_steps_counts_server_updates_of_fedbcd(make_cfg):
+    # FedBCD with Q = 3 makes 3 server updates per batch: steps 3, 6, 9, 12 cross multiples of 4
+    # at batches 2 (step 6), 3 (9) and 4 (12); a crash before batch 3 leaves step 6.
+    cfg = make_cfg(
+        "algo=fedbcd",
+        "algo.local_steps=3",
+        *SHORT,
+        "trainer.max_epochs=1",
+        "callbacks.checkpoint.every_n_train_steps=4",
+        *stop_at(epoch=0, batch=2),
+    )
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg)
+    assert torch.load(last(cfg), weights_only=False)["global_step"] == 6

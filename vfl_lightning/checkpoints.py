@@ -1,0 +1,116 @@
+"""Checkpoints that survive a crash: ``last.ckpt`` after every epoch (and optionally every n server
+updates), written atomically next to its target so a kill mid-write never leaves a corrupt file."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    """``torch.save`` into a temporary file in ``path``'s own directory, flushed to disk, then
+    ``os.replace``d onto ``path``: a reader sees the old file or the complete new one, never a
+    partial one (a temporary file on another filesystem would need a non-atomic copy)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's torch checkpoint IO for local paths, with :func:`atomic_torch_save` as writer
+    (Lightning's own writer stages the file in the system temp dir and copies it over)."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        if storage_options is not None:
+            raise TypeError("AtomicCheckpointIO.save_checkpoint takes no storage_options")
+        atomic_torch_save(checkpoint, path)
+
+
+class LastCheckpoint(Checkpoint):
+    """Writes ``<dirpath>/last.ckpt`` at the end of every training epoch (after its validation),
+    every ``every_n_train_steps`` server updates if set, and when training ends.
+
+    Each write replaces the previous file atomically (with :class:`AtomicCheckpointIO` as the
+    trainer's checkpoint IO, which ``train()`` installs). Nothing is written during the sanity
+    check or a ``fast_dev_run``. ``last_model_path`` is the file written (empty before the first).
+    The module's ``check_finite`` runs before each write: a run whose loss or parameters turned
+    non-finite stops there, and its last good checkpoint stays in place.
+    """
+
+    FILENAME = "last.ckpt"
+
+    def __init__(self, dirpath: str, every_n_train_steps: int | None = None) -> None:
+        if every_n_train_steps is not None and (
+            isinstance(every_n_train_steps, bool)
+            or not isinstance(every_n_train_steps, int)
+            or every_n_train_steps < 1
+        ):
+            raise ValueError(
+                "callbacks.checkpoint.every_n_train_steps must be an integer >= 1 or null, "
+                f"got {every_n_train_steps!r}"
+            )
+        self.dirpath = Path(dirpath)
+        self.every_n_train_steps = every_n_train_steps
+        self.last_model_path = ""
+        self._saved_at: tuple[int, int] | None = None
+        self._step_before_batch = 0
+
+    @property
+    def path(self) -> Path:
+        return self.dirpath / self.FILENAME
+
+    def _save(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if trainer.fast_dev_run or trainer.sanity_checking:
+            return
+        check_finite = getattr(module, "check_finite", None)
+        if check_finite is not None:
+            check_finite()
+        position = (int(trainer.current_epoch), int(trainer.global_step))
+        if position == self._saved_at:
+            return
+        self.last_model_path = str(self.path)
+        trainer.save_checkpoint(self.path)
+        self._saved_at = position
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._step_before_batch = int(trainer.global_step)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        """Save when this batch's server updates crossed a multiple of ``every_n_train_steps``
+        (a FedBCD batch makes Q updates, so the step may jump over the multiple itself)."""
+        n = self.every_n_train_steps
+        if n is not None and trainer.global_step // n > self._step_before_batch // n:
+            self._save(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._save(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._save(trainer, pl_module)
+
+    def state_dict(self) -> dict:
+        return {"last_model_path": self.last_model_path}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        return None
