@@ -2,7 +2,8 @@
 # Regenerates the results pages docs/results/{pbm,fedbcd,cascade,fedvs}.md and their figures:
 # reduced sweeps (sized for a shared 2-core CPU), then `python -m vfl_lightning.report` on each.
 #   bash docs/results/generate.sh [SWEEPS_DIR]        (default /tmp/vfl_sweeps; run from the repo root)
-# QUICK=1 shrinks every sweep further, to check the script itself in a few minutes.
+# QUICK=1 shrinks every sweep further, to check the script itself in a few minutes;
+# REPORT_ONLY=1 regenerates the pages from the sweeps already there.
 set -euo pipefail
 SWEEPS=${1:-/tmp/vfl_sweeps}
 PYTHON=${PYTHON:-python}
@@ -19,6 +20,8 @@ sweep() {
   rm -rf "$SWEEPS/$dir"
   "$PYTHON" train.py -m "$@" "${COMMON[@]}" "${SCALE[@]}" hydra.sweep.dir="$SWEEPS/$dir"
 }
+# REPORT_ONLY=1: keep the sweeps already in SWEEPS_DIR, only regenerate the pages.
+if [[ "${REPORT_ONLY:-0}" == 1 ]]; then sweep() { :; }; fi
 page() {
   local name=$1
   shift

@@ -81,7 +81,14 @@ def curves(
                     linewidth=0,
                 )
             else:
-                ax.plot(curve.x, curve.mean, color=color, linestyle=line, label=name, marker=".")
+                ax.plot(
+                    curve.x,
+                    curve.mean,
+                    color=color,
+                    linestyle=line,
+                    label=name,
+                    marker="." if len(curve.x) <= 40 else None,
+                )
                 ax.fill_between(
                     curve.x,
                     curve.mean - curve.std,
