@@ -7,8 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vfl_lightning.report.recipes import RECIPES, X_AXES
-from vfl_lightning.report.runs import ReportError
+from vfl_lightning.report.runs import RECIPES, X_AXES, ReportError
 
 
 def parser() -> argparse.ArgumentParser:

@@ -22,19 +22,11 @@ FAMILIES = {
 }
 # Shared baselines: their presence alone does not choose a recipe.
 BASELINES = {"npq", "splitnn"}
-RECIPES = ("pbm", "fedbcd", "cascade", "fedvs")
 TITLES = {
     "pbm": "PBM-VFL",
     "fedbcd": "FedBCD",
     "cascade": "Cascaded hybrid optimization",
     "fedvs": "FedVS",
-}
-X_AXES = {
-    "epoch": "epoch",
-    "rounds": "comm/rounds",
-    "simulated_s": "time/simulated_s",
-    "mb": "comm/total_mb",
-    "eps": "privacy/feature_eps",
 }
 SCHEDULES = {
     "fedsgd": "FedSGD",

@@ -19,6 +19,15 @@ from vfl_lightning.curve import read_curve
 IGNORED_PREFIXES = ("seed", "hydra", "paths", "ckpt_path", "logger", "callbacks.checkpoint")
 
 
+RECIPES = ("pbm", "fedbcd", "cascade", "fedvs")
+# --x choices: curve.csv columns.
+X_AXES = {
+    "epoch": "epoch",
+    "rounds": "comm/rounds",
+    "simulated_s": "time/simulated_s",
+    "mb": "comm/total_mb",
+    "eps": "privacy/feature_eps",
+}
 # How a few override keys are shown in group labels.
 SYMBOLS = {"beta": "β", "mu": "μ", "local_steps": "Q"}
 
