@@ -18,7 +18,6 @@ from vfl_lightning.report import figures
 from vfl_lightning.report.recipes import (
     BUILDERS,
     TITLES,
-    X_AXES,
     Context,
     Section,
     choose_recipe,
@@ -26,6 +25,7 @@ from vfl_lightning.report.recipes import (
     overview,
 )
 from vfl_lightning.report.runs import (
+    X_AXES,
     ReportError,
     group_runs,
     load_runs,
