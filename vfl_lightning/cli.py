@@ -12,6 +12,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from vfl_lightning.errors import error_summary, exit_code
+from vfl_lightning.search import objective
 from vfl_lightning.train import train
 
 
@@ -43,5 +44,4 @@ def main(cfg: DictConfig) -> float | None:
             raise FailedJob(line) from None
         sys.exit(code)
     print(f"results: {cfg.paths.output_dir}/results.json")
-    value = results.get(cfg.get("optimized_metric"))
-    return None if value is None else float(value)
+    return objective(cfg, results)

@@ -20,7 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint
+from vfl_lightning.curve import CurveWriter
 from vfl_lightning.errors import ConfigError, error_summary, root_cause
+from vfl_lightning.loggers import quiet_lightning
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +239,7 @@ def train(cfg: DictConfig) -> dict:
         check_run_config(cfg)
         if cfg.get("torch_threads"):
             torch.set_num_threads(int(cfg.torch_threads))
+        quiet_lightning()
         L.seed_everything(cfg.seed, workers=True)
         config = protocol_config(cfg)
         ckpt_path = cfg.get("ckpt_path")
@@ -284,6 +287,10 @@ def train(cfg: DictConfig) -> dict:
         if checkpoint is not None and checkpoint.last_model_path:
             results["checkpoint"] = checkpoint.last_model_path
         results["status"] = "finished"
+        curve = next((c.path for c in callbacks if isinstance(c, CurveWriter)), None)
+        for logger in loggers:
+            if hasattr(logger, "finish_run"):
+                logger.finish_run(results, curve)
         return results
     except BaseException as error:
         # Lightning turns Ctrl-C into sys.exit(1) raised while handling the KeyboardInterrupt.

@@ -25,7 +25,7 @@ from torchmetrics.classification import (
 
 from vfl_lightning.algorithms.party_steps import step_together
 from vfl_lightning.errors import NonFiniteLoss
-from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
+from vfl_lightning.mechanisms.base import Mechanism, fuse_tensors, join_own_embedding
 from vfl_lightning.models.batched import GroupedParties, groupable
 from vfl_lightning.parallel import FederationDDPStrategy, RowShares
 from vfl_lightning.wire import Network, SimulatedClock, Wire
@@ -48,6 +48,16 @@ def make_metrics(num_classes: int, stage: str) -> MetricCollection:
     else:
         metrics = {"acc": MulticlassAccuracy(num_classes=num_classes, average="micro", **local)}
     return MetricCollection(metrics, prefix=f"{stage}/")
+
+
+def make_clean_accuracy(num_classes: int, stage: str) -> MetricCollection:
+    """``{stage}/acc_clean``: accuracy of the noise-free server input (see ``clean_server_input``)."""
+    accuracy = (
+        BinaryAccuracy()
+        if num_classes == 2
+        else MulticlassAccuracy(num_classes=num_classes, average="micro")
+    )
+    return MetricCollection({"acc_clean": accuracy}, prefix=f"{stage}/")
 
 
 class VFLModule(L.LightningModule):
@@ -128,6 +138,9 @@ class VFLModule(L.LightningModule):
         self.train_metrics = make_metrics(self.num_classes, "train")
         self.val_metrics = make_metrics(self.num_classes, "val")
         self.test_metrics = make_metrics(self.num_classes, "test")
+        self.clean_metrics = nn.ModuleDict(
+            {stage: make_clean_accuracy(self.num_classes, stage) for stage in EVAL_STAGES}
+        )
         self._generators: dict[str, torch.Generator] = {}
         self._pending_generator_state: torch.Tensor | None = None
         self._epoch_aggregates: dict[str, tuple[torch.Tensor, float, str]] = {}
@@ -359,9 +372,11 @@ class VFLModule(L.LightningModule):
 
     def communication_metrics(self) -> dict[str, float]:
         ledger = self.wire.ledger
+        up, down, peer = (ledger.megabytes(d) for d in ("up", "down", "peer"))
         return {
-            "comm/uplink_mb": ledger.megabytes("up"),
-            "comm/downlink_mb": ledger.megabytes("down"),
+            "comm/uplink_mb": up,
+            "comm/downlink_mb": down,
+            "comm/total_mb": up + down + peer,
             "comm/rounds": float(ledger.rounds),
             "time/simulated_s": float(self.wire.clock.now),
         }
@@ -434,6 +449,19 @@ class VFLModule(L.LightningModule):
         )
         return self.server_fuse(fused, self.own_embedding(xs))
 
+    def clean_server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor | None:
+        """The noise-free server input (the plain fusion of the clean embeddings, as the PBM
+        authors' code evaluates) when evaluation is perturbed, else ``None``.
+
+        Evaluation is perturbed when a noisy mechanism (PBM, LDP) applies at evaluation; its
+        accuracy is then also logged as ``{stage}/acc_clean`` beside the deployed ``{stage}/acc``.
+        No randomness is drawn, so the evaluation noise stream is unchanged.
+        """
+        if not (self.mechanism.noisy and self.mechanism.apply_at_eval):
+            return None
+        fused = fuse_tensors(self.embed(xs), self.mechanism.fusion)
+        return self.server_fuse(fused, self.own_embedding(xs))
+
     def _eval_step(self, batch, stage: str) -> None:
         xs, y, _ = batch
         logits = self.head(self.server_input(xs, stage))
@@ -441,6 +469,11 @@ class VFLModule(L.LightningModule):
         metrics = getattr(self, f"{stage}_metrics")
         metrics.update(self.scores(logits), y)
         self.log_dict(metrics, on_epoch=True, prog_bar=stage == "val")
+        clean = self.clean_server_input(xs, stage)
+        if clean is not None:
+            clean_metrics = self.clean_metrics[stage]
+            clean_metrics.update(self.scores(self.head(clean)), y)
+            self.log_dict(clean_metrics, on_epoch=True)
 
     def validation_step(self, batch, batch_idx) -> None:
         self._eval_step(batch, "val")

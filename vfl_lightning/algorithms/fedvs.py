@@ -330,6 +330,12 @@ class FedVSFamily(VFLModule):
             embeddings = [self.dp(h, gen) for h in embeddings]
         return torch.stack(embeddings).mean(0)
 
+    def clean_server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor | None:
+        """Wait-DP evaluated with noise (``algo.dp.at_eval``): also the noise-free average."""
+        if self.dp is not None and self.dp.at_eval:
+            return torch.stack(self.embed(xs)).mean(0)
+        return None
+
     def on_validation_end(self) -> None:
         if self.trainer.sanity_checking:
             return

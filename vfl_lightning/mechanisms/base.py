@@ -91,6 +91,8 @@ class Mechanism(ABC):
     the plain fusion of the clean embeddings. ``bits_per_element`` is the uplink width of one
     element of a message (``None``: the payload dtype's width). ``stats`` holds the last
     training step's diagnostics as tensors (logged by the algorithm, never synchronized here).
+    ``noisy``: the release adds noise (PBM, LDP), so evaluation through it differs from the clean
+    sum and the algorithm also logs the clean accuracy (``val/acc_clean``).
 
     Training releases use the training round as ``round``; evaluation releases
     (:meth:`evaluate`) count their own releases per stream in ``eval_releases`` and use
@@ -102,6 +104,7 @@ class Mechanism(ABC):
     """
 
     bits_per_element: int | None = None
+    noisy: bool = False
 
     def __init__(self, num_parties: int, fusion: str = "sum", apply_at_eval: bool = True) -> None:
         if int(num_parties) < 1:

@@ -29,6 +29,8 @@ class GaussianLDP(Mechanism):
     unmasked, so the server sees every party's noisy embedding (local DP).
     """
 
+    noisy = True
+
     def __init__(
         self,
         num_parties: int,

@@ -33,6 +33,8 @@ class PBM(Mechanism):
     model would; false evaluates on the exact sum. ``seed`` sets up the pair seeds of the masks.
     """
 
+    noisy = True
+
     def __init__(
         self,
         num_parties: int,

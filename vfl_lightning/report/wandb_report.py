@@ -1,0 +1,169 @@
+"""The report as a W&B Report (wandb-workspaces, reports v2): built offline as a specification
+(JSON, no network call), and saved to W&B only when credentials are present."""
+
+from __future__ import annotations
+
+import json
+import netrc
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from vfl_lightning.report.recipes import Panel, Section
+from vfl_lightning.report.runs import ReportError
+
+OFFLINE_MODES = ("offline", "disabled", "dryrun")
+
+
+def parse_target(target: str) -> tuple[str, str]:
+    """``ENTITY/PROJECT`` -> (entity, project)."""
+    entity, _, project = target.partition("/")
+    if not entity or not project or "/" in project:
+        raise ReportError(f"--wandb must be ENTITY/PROJECT (e.g. me/vfl), got {target!r}")
+    return entity, project
+
+
+def group_filter(group: str) -> str:
+    """The runset filter expression selecting one W&B run group."""
+    return f"Metric('group') == {json.dumps(group)}"
+
+
+def build_report(
+    *,
+    entity: str,
+    project: str,
+    title: str,
+    description: str,
+    commands: Sequence[str],
+    sections: Sequence[Section],
+    groups: Sequence[str],
+    group_by: Sequence[str],
+    runset_project: bool,
+    x: str = "epoch",
+    y: str = "val/acc",
+):
+    """The wandb-workspaces Report: title, description, the sweep commands, and per section a
+    panel grid (one runset per W&B run group, line plots over the section's axes and ``y`` over
+    the chosen ``x``, runs grouped by the varying config keys with mean and std) followed by the
+    section's tables.
+
+    ``runset_project=False`` leaves the runsets' entity/project empty: wandb-workspaces looks a
+    named project up over the network when it serializes a runset, so the offline
+    specification names the project in JSON afterwards (see :func:`offline_spec`).
+    """
+    import wandb_workspaces.reports.v2 as wr
+
+    owner = (entity, project) if runset_project else ("", "")
+    grouping = [f"config.{key}" for key in group_by]
+
+    def runsets():
+        return [
+            wr.Runset(
+                entity=owner[0],
+                project=owner[1],
+                name=f"group {group}",
+                filters=group_filter(group),
+                groupby=grouping,
+            )
+            for group in groups
+        ]
+
+    code = "\n".join(commands)
+    blocks = [
+        wr.H1(title),
+        wr.P(description),
+        wr.MarkdownBlock(text=f"Sweeps:\n\n```bash\n{code}\n```"),
+    ]
+    for section in sections:
+        blocks.append(wr.H2(section.title))
+        if section.text:
+            blocks.append(wr.P(section.text))
+        chosen = [p for p in section.panels if p.kind == "line" and p.x == x]
+        extra = [] if chosen or not section.panels else [Panel("line", f"{y} over {x}", [y], x)]
+        panels = []
+        for panel in [*section.panels, *extra]:
+            if panel.kind == "line":
+                panels.append(
+                    wr.LinePlot(
+                        title=panel.title,
+                        x=panel.x,
+                        y=list(panel.y),
+                        groupby_aggfunc="mean",
+                        groupby_rangefunc="stddev",
+                    )
+                )
+            else:
+                panels.append(
+                    wr.BarPlot(
+                        title=panel.title,
+                        metrics=list(panel.y),
+                        groupby_aggfunc="mean",
+                        groupby_rangefunc="stddev",
+                    )
+                )
+        if panels:
+            blocks.append(wr.PanelGrid(runsets=runsets(), panels=panels))
+        blocks += [wr.MarkdownBlock(text=text) for text in section.tables if text]
+    return wr.Report(
+        entity=entity, project=project, title=title, description=description, blocks=blocks
+    )
+
+
+def offline_spec(report, entity: str, project: str) -> dict:
+    """The report's full specification as W&B stores it, with every runset naming its project;
+    no network call (the runsets were built without a project, see :func:`build_report`)."""
+    model = report._to_model()
+    spec = json.loads(model.model_dump_json(by_alias=True, exclude_none=True))
+    for block in spec["spec"]["blocks"]:
+        if block.get("type") == "panel-grid":
+            for runset in block["metadata"]["runSets"]:
+                runset["project"] = {"name": project, "entityName": entity}
+    return spec
+
+
+def has_credentials() -> bool:
+    """Whether W&B could be reached with a key: not offline, and an API key in the environment
+    or in ~/.netrc. Nothing is contacted."""
+    if os.environ.get("WANDB_MODE", "").lower() in OFFLINE_MODES:
+        return False
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        auth = netrc.netrc().authenticators(
+            os.environ.get("WANDB_BASE_URL", "api.wandb.ai").split("//")[-1]
+        )
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+    return auth is not None
+
+
+def save_online(report, timeout_s: float) -> str | None:
+    """Save the report to W&B in a worker thread; its URL, or ``None`` after ``timeout_s`` or on
+    any error (the caller keeps the offline specification either way)."""
+    outcome: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            outcome["url"] = report.save().url
+        except Exception as error:  # noqa: BLE001 - any failure falls back to the spec file
+            outcome["error"] = error
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if "url" in outcome:
+        return str(outcome["url"])
+    reason = outcome.get("error", f"no answer within {timeout_s:g} s")
+    print(f"W&B report not saved: {reason}")
+    return None
+
+
+def publish(spec_path: Path, timeout_s: float = 120.0) -> str | None:
+    """Save a specification written by the report command to W&B (needs network and a key)."""
+    import wandb_workspaces.reports.v2 as wr
+    from wandb_workspaces.reports.v2 import internal
+
+    spec = json.loads(Path(spec_path).read_text())
+    report = wr.Report._from_model(internal.ReportViewspec.model_validate(spec))
+    return save_online(report, timeout_s)
