@@ -26,6 +26,7 @@ from torchmetrics.classification import (
 from vfl_lightning.errors import NonFiniteLoss
 from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
 from vfl_lightning.parallel import FederationDDPStrategy, RowShares
+from vfl_lightning.runtime.parties import LocalParties, Parties
 from vfl_lightning.wire import SimulatedClock, Wire
 from vfl_lightning.wire.clock import DelayModel
 
@@ -113,6 +114,7 @@ class VFLModule(L.LightningModule):
         self.num_classes = int(num_classes)
         self.seed = int(seed)
         self.widths = [int(p.embedding_dim) for p in self.parties]
+        self._num_parties = len(self.parties)
         self.wire = Wire(len(self.parties), SimulatedClock(delay_model), transcript_size)
         self.train_metrics = make_metrics(self.num_classes, "train")
         self.val_metrics = make_metrics(self.num_classes, "val")
@@ -122,6 +124,13 @@ class VFLModule(L.LightningModule):
         self.rows = RowShares()
         self._first_bad_round: torch.Tensor | None = None
         self.run_config: dict | None = None
+        self.party_side: Parties = LocalParties(self)
+
+    def attach_parties(self, party_side: Parties) -> None:
+        """Reach the parties through ``party_side`` (e.g. Ray actors, which hold the party
+        models and optimizers): the module keeps no party model of its own from then on."""
+        self.parties = nn.ModuleList()
+        self.party_side = party_side
 
     @classmethod
     def check_party_class(cls, party_class: type, name: str) -> None:
@@ -130,7 +139,7 @@ class VFLModule(L.LightningModule):
 
     @property
     def num_parties(self) -> int:
-        return len(self.parties)
+        return self._num_parties
 
     # ----------------------------------------------------------------- optimizers
     def configure_optimizers(self):
@@ -237,10 +246,12 @@ class VFLModule(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._restart_eval_generator("val")
+        self.party_side.restart_stream("val")
         self.mechanism.begin_evaluation(self.release_stream("val"), self.wire.ledger.rounds)
 
     def on_test_epoch_start(self) -> None:
         self._restart_eval_generator("test")
+        self.party_side.restart_stream("test")
         self.mechanism.begin_evaluation("test", self.wire.ledger.rounds)
 
     # ----------------------------------------------------------------- forward
@@ -264,10 +275,11 @@ class VFLModule(L.LightningModule):
             return fused
         return join_own_embedding(fused, own, self.mechanism.fusion, self.num_parties)
 
-    def forward(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
+    def forward(self, xs: Sequence[torch.Tensor], idx: torch.Tensor | None = None) -> torch.Tensor:
         """Logits as the deployed protocol computes them (mechanism applied per ``apply_at_eval``,
         on the ``predict`` release stream)."""
-        return self.head(self.server_input(xs, "predict"))
+        self.party_side.restart_stream("predict")
+        return self.head(self.server_input(xs, "predict", idx))
 
     @staticmethod
     def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -348,15 +360,19 @@ class VFLModule(L.LightningModule):
             return "sanity"
         return stage
 
-    def server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor:
-        fused = self.mechanism.evaluate(
-            self.embed(xs), generator=self.generator(stage), stream=self.release_stream(stage)
-        )
+    def server_input(
+        self, xs: Sequence[torch.Tensor], stage: str, idx: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The head's input at evaluation: every party sends its release of the next round of
+        the stage's stream (or its plain embedding without ``apply_at_eval``), the server fuses."""
+        round = self.mechanism.next_release(self.release_stream(stage))
+        messages = self.party_side.send(xs, idx, stage=stage, round=round)
+        fused = self.mechanism.fuse_evaluation(messages, round)
         return self.server_fuse(fused, self.own_embedding(xs))
 
     def _eval_step(self, batch, stage: str) -> None:
-        xs, y, _ = batch
-        logits = self.head(self.server_input(xs, stage))
+        xs, y, idx = batch
+        logits = self.head(self.server_input(xs, stage, idx))
         self.log(f"{stage}/loss", self.loss_fn(logits, y), on_epoch=True, prog_bar=stage == "val")
         metrics = getattr(self, f"{stage}_metrics")
         metrics.update(self.scores(logits), y)
@@ -377,6 +393,7 @@ class VFLModule(L.LightningModule):
             "train_generator": None if train_gen is None else train_gen.get_state(),
             "torch_rng": torch.get_rng_state(),
             "config": self.run_config,
+            "parties": self.party_side.state_dict(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -388,3 +405,5 @@ class VFLModule(L.LightningModule):
         self._generators.pop("train", None)
         self._pending_generator_state = state["train_generator"]
         torch.set_rng_state(state["torch_rng"])
+        if "parties" in state:
+            self.party_side.load_state_dict(state["parties"])

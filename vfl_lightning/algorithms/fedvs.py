@@ -351,7 +351,9 @@ class FedVSFamily(VFLModule):
                 party.weight.clamp_(-self.weight_bound, self.weight_bound)
 
     # ----------------------------------------------------------------- evaluation
-    def server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor:
+    def server_input(
+        self, xs: Sequence[torch.Tensor], stage: str, idx: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Plain average of the real-valued embeddings (noisy ones for Wait-DP with dp_at_eval)."""
         embeddings = self.embed(xs)
         if self.strategy == "wait_dp" and self.dp_at_eval:
