@@ -26,7 +26,7 @@ from torchmetrics.classification import (
 from vfl_lightning.errors import NonFiniteLoss
 from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
 from vfl_lightning.parallel import FederationDDPStrategy, RowShares
-from vfl_lightning.runtime.parties import LocalParties, Parties
+from vfl_lightning.runtime.parties import LocalParties, Parties, tensor_digest
 from vfl_lightning.wire import SimulatedClock, Wire
 from vfl_lightning.wire.clock import DelayModel
 
@@ -70,6 +70,8 @@ class VFLModule(L.LightningModule):
 
     SUPPORTS_ACTIVE_PARTY = False
     DATA_PARALLEL = False
+    RUNTIMES = ("local",)
+    """Where this protocol's parties may run (``runtime=...``)."""
 
     def __init__(
         self,
@@ -306,6 +308,7 @@ class VFLModule(L.LightningModule):
             "comm/uplink_mb": ledger.megabytes("up"),
             "comm/downlink_mb": ledger.megabytes("down"),
             "comm/rounds": float(ledger.rounds),
+            "comm/serialized_mb": ledger.serialized_bytes / 1e6,
             "time/simulated_s": float(self.wire.clock.now),
         }
 
@@ -383,6 +386,15 @@ class VFLModule(L.LightningModule):
 
     def test_step(self, batch, batch_idx) -> None:
         self._eval_step(batch, "test")
+
+    def model_digest(self) -> str:
+        """SHA-256 of every parameter tensor (name, dtype, shape, bytes): parties 0..M−1 (wherever
+        they run), the head, then the server's own party model."""
+        named = list(self.party_side.named_parameters())
+        named += [(f"head.{n}", p) for n, p in self.head.named_parameters()]
+        if self.server_party is not None:
+            named += [(f"server_party.{n}", p) for n, p in self.server_party.named_parameters()]
+        return tensor_digest(named).hexdigest()
 
     # ----------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:

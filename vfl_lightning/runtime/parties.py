@@ -190,6 +190,11 @@ class LocalParties(Parties):
         return {"generators": [gens.state_dict() for gens in self.generators]}
 
     def load_state_dict(self, state):
+        if "generators" not in state:
+            raise ValueError(
+                "this checkpoint was written by runtime=ray (its parties' models live in the "
+                "checkpoint's actor states): resume it with runtime=ray"
+            )
         for gens, saved in zip(self.generators, state["generators"], strict=True):
             gens.load_state_dict(saved)
 
