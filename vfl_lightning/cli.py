@@ -43,5 +43,6 @@ def main(cfg: DictConfig) -> float | None:
             raise FailedJob(line) from None
         sys.exit(code)
     print(f"results: {cfg.paths.output_dir}/results.json")
+    print(f"model_digest ({results.get('runtime')}): {results.get('model_digest')}")
     value = results.get(cfg.get("optimized_metric"))
     return None if value is None else float(value)
