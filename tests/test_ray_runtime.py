@@ -24,7 +24,7 @@ from vfl_lightning.mechanisms.keys import (
     seeded_private_key,
 )
 from vfl_lightning.mechanisms.secure_agg import PairwiseMasking
-from vfl_lightning.runtime.parties import party_seed
+from vfl_lightning.runtime.parties import party_seed, tensor_digest
 from vfl_lightning.train import train
 
 ray = pytest.importorskip("ray")
@@ -106,6 +106,18 @@ def test_each_party_masks_alone_exactly_as_the_joint_masking_and_the_server_hold
     assert torch.equal(
         noisy[2], ldp.encode_party(2, embeddings[2], generator=torch.Generator().manual_seed(2))
     )
+
+
+def test_model_digest_changes_with_one_bit_a_name_or_the_order():
+    weight, bias = torch.randn(3, 2), torch.tensor(0.5)
+    named = [("w", weight), ("b", bias)]
+    digest = tensor_digest(named).hexdigest()
+    assert digest == tensor_digest([("w", weight.clone()), ("b", bias.clone())]).hexdigest()
+    flipped = weight.clone()
+    flipped.view(torch.int32)[0, 0] ^= 1
+    assert tensor_digest([("w", flipped), ("b", bias)]).hexdigest() != digest
+    assert tensor_digest([("b", bias), ("w", weight)]).hexdigest() != digest
+    assert tensor_digest([("v", weight), ("b", bias)]).hexdigest() != digest
 
 
 # ----------------------------------------------------------------- refusals (no Ray needed)

@@ -280,7 +280,6 @@ class VFLModule(L.LightningModule):
     def forward(self, xs: Sequence[torch.Tensor], idx: torch.Tensor | None = None) -> torch.Tensor:
         """Logits as the deployed protocol computes them (mechanism applied per ``apply_at_eval``,
         on the ``predict`` release stream)."""
-        self.party_side.restart_stream("predict")
         return self.head(self.server_input(xs, "predict", idx))
 
     @staticmethod

@@ -57,12 +57,12 @@ class PartyGenerators:
         self._pending_train_state = state["train"]
 
 
-def tensor_digest(named: Sequence[tuple[str, torch.Tensor]], digest=None):
+def tensor_digest(named: Sequence[tuple[str, torch.Tensor]]):
     """SHA-256 over (name, dtype, shape, bytes) of every tensor, in the order given."""
-    digest = digest or hashlib.sha256()
+    digest = hashlib.sha256()
     for name, tensor in named:
-        value = tensor.detach().to("cpu").contiguous()
-        digest.update(f"{name}|{value.dtype}|{tuple(value.shape)}|".encode())
+        value = tensor.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"{name}|{value.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(value.view(torch.uint8).numpy().tobytes() if value.numel() else b"")
     return digest
 

@@ -16,7 +16,7 @@ from vfl_lightning.runtime.parties import Parties, PartyGenerators, proximal_ter
 ACTOR_GROUPS = ("seed", "data", "party", "mechanism", "optimizer")
 """The config groups a party actor is built from (never the head, the labels' use, the algo)."""
 RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "resources")
-SPLITS = {"train": "train", "val": "val", "sanity": "val", "test": "test"}
+SPLITS = ("train", "val", "test")
 
 
 def wire_dtype(bits: int | None) -> torch.dtype | None:
@@ -84,7 +84,7 @@ class PartyActor:
 
     def send(self, idx: torch.Tensor, stage: str, round: int | None):
         """(message, serialized bytes): this party's message for rows ``idx`` of the stage."""
-        x = self.features[SPLITS[stage]][idx.to(self.device)]
+        x = self.features[stage][idx.to(self.device)]
         training = stage == "train"
         self.model.train(training)
         if training:
