@@ -27,8 +27,6 @@ from vfl_lightning.mechanisms.secure_agg import PairwiseMasking
 from vfl_lightning.runtime.parties import party_seed, tensor_digest
 from vfl_lightning.train import train
 
-ray = pytest.importorskip("ray")
-
 TWO_PARTIES = [
     "data.num_parties=2",
     "data.partition=halves",
@@ -40,6 +38,7 @@ TWO_PARTIES = [
 @pytest.fixture(scope="module")
 def ray_session():
     """One local Ray instance with 2 CPUs for the module's runs (train() joins it)."""
+    ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
@@ -141,6 +140,7 @@ def test_unknown_runtime_and_ddp_with_ray_are_refused(make_cfg):
 
 
 def test_bad_party_resources_are_named():
+    pytest.importorskip("ray")
     from vfl_lightning.runtime.ray_parties import party_options
 
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['gpus'\]"):
@@ -198,6 +198,8 @@ class KillParty(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if (trainer.current_epoch, batch_idx) == (self.epoch, self.batch):
+            import ray
+
             ray.kill(pl_module.party_side.actors[self.party])
 
 
@@ -230,6 +232,7 @@ def test_dead_actor_stops_in_one_line_and_the_checkpoint_resumes_to_the_straight
 def test_two_node_cluster_on_localhost(make_cfg, tmp_path):
     """``ray start --head`` plus a second ``ray start --address`` (both on 127.0.0.1); the run
     joins with runtime.address=auto, one party pinned to each node by a custom resource."""
+    ray = pytest.importorskip("ray")
     if ray.is_initialized():
         ray.shutdown()
     ray_cli = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
