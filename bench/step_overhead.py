@@ -99,9 +99,9 @@ def measure(
     timer = InterleavedTimer(central, instantiate(cfg.optimizer)(central.parameters()))
     protocol_step = module.protocol_step
 
-    def timed(xs, y):
+    def timed(xs, y, idx):
         start = time.perf_counter()
-        result = protocol_step(xs, y)
+        result = protocol_step(xs, y, idx)
         timer.protocol_s.append(time.perf_counter() - start)
         return result
 

@@ -265,7 +265,9 @@ def test_cli_ddp_on_two_gloo_processes_equals_one_process(make_cfg, tmp_path, al
     )
     got = json.loads((run_dir / "results.json").read_text())
     for key, value in expected.items():
-        if key in ("checkpoint", "time/wall_s"):
+        # model_digest hashes the exact bits; DDP equals one process to summation order (the
+        # parameters are compared with a tolerance below)
+        if key in ("checkpoint", "time/wall_s", "model_digest"):
             continue
         if key.endswith("loss") or key.endswith("loss_epoch"):
             assert got[key] == pytest.approx(value, rel=1e-5), key

@@ -99,7 +99,7 @@ def test_splitmix_python_and_tensor_versions_agree():
 def test_one_party_message_is_independent_of_its_input():
     """Chi-square: party 0's masked value is uniform on Z_R whatever its count q_0 is."""
     num_parties, b, rounds = 3, 4, 1600
-    masking = PairwiseMasking(num_parties, ring_bits(num_parties, b), seed=5)
+    masking = PairwiseMasking(num_parties, ring_bits(num_parties, b), seed=6)
     modulus = masking.modulus
     table = np.zeros((2, modulus), dtype=np.int64)
     for row, q0 in enumerate((0, b)):

@@ -44,4 +44,5 @@ def main(cfg: DictConfig) -> float | None:
             raise FailedJob(line) from None
         sys.exit(code)
     print(f"results: {cfg.paths.output_dir}/results.json")
+    print(f"model_digest ({results.get('runtime')}): {results.get('model_digest')}")
     return objective(cfg, results)

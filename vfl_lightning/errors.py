@@ -16,6 +16,10 @@ class NonFiniteLoss(RuntimeError):
     """Training produced a non-finite loss or parameter (the message names the round)."""
 
 
+class PartyLost(RuntimeError):
+    """A party process (Ray actor) died: the message names the party and the round."""
+
+
 CONFIG_ERRORS = (
     ValueError,
     TypeError,
@@ -37,6 +41,7 @@ def run_errors() -> tuple[type[BaseException], ...]:
 
     return (
         NonFiniteLoss,
+        PartyLost,
         StragglerShortfall,
         DecodingError,
         DatasetUnavailableError,

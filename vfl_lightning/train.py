@@ -91,6 +91,76 @@ def build(cfg: DictConfig):
     return datamodule, module
 
 
+RUNTIMES = ("local", "ray")
+RAY_ALGOS = "splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd"
+
+
+def runtime_name(cfg: DictConfig) -> str:
+    runtime = cfg.get("runtime") or {}
+    return str(runtime.get("name", "local"))
+
+
+def check_runtime(cfg: DictConfig) -> None:
+    """Refuse an unknown runtime, and runtime=ray for protocols or trainers it does not run."""
+    name = runtime_name(cfg)
+    if name not in RUNTIMES:
+        raise ConfigError(f"runtime must be one of {RUNTIMES}, got {name!r}")
+    if name == "local":
+        return
+    algo = get_class(cfg.algo._target_)
+    if name not in algo.RUNTIMES:
+        raise ConfigError(
+            f"algo={cfg.algo.get('name')} is not yet supported in the Ray runtime (a later step "
+            f"of issue 13); runtime=ray runs the synchronous family: {RAY_ALGOS}"
+        )
+    strategy = cfg.trainer.get("strategy")
+    if strategy not in (None, "auto") or cfg.trainer.get("num_nodes", 1) != 1:
+        raise ConfigError(
+            "runtime=ray runs one server process: use trainer.strategy=auto and "
+            f"trainer.num_nodes=1 (got strategy {strategy!r}); scale out with more party actors"
+        )
+
+
+def start_ray(cfg: DictConfig) -> bool:
+    """Connect to Ray for ``runtime=ray``: start a local instance (``runtime.address=null``) or
+    join a cluster (``auto``, ``ray://host:port``); returns whether this call started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    runtime = cfg.runtime
+    address = runtime.get("address")
+    options = {"num_cpus": runtime.get("num_cpus")} if address is None else {}
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, **options)
+    return True
+
+
+def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
+    """Move the parties of ``module`` into Ray actors built from the run's configuration; the
+    server's mechanism keeps no secure-aggregation pair seed."""
+    from vfl_lightning.runtime.ray_parties import ACTOR_GROUPS, RayParties
+
+    config = {
+        key: OmegaConf.to_container(cfg[key], resolve=True)
+        if OmegaConf.is_config(cfg[key])
+        else cfg[key]
+        for key in ACTOR_GROUPS
+    }
+    parties = RayParties(
+        config,
+        module.num_parties,
+        party_resources=OmegaConf.to_container(cfg.runtime.get("party_resources"), resolve=True)
+        if OmegaConf.is_config(cfg.runtime.get("party_resources"))
+        else cfg.runtime.get("party_resources"),
+        ledger=module.wire.ledger,
+        round_fn=lambda: module.wire.ledger.rounds,
+        device_fn=lambda: module.device,
+    )
+    if module.mechanism.uses_pair_masks:
+        module.mechanism.set_pair_seeds({})
+    module.attach_parties(parties)
+
+
 def _loggers(cfg: DictConfig) -> list:
     return [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
 
@@ -227,6 +297,7 @@ def train(cfg: DictConfig) -> dict:
     results: dict = {"status": "failed", "algo": cfg.algo.get("name"), "seed": cfg.get("seed")}
     trainer: L.Trainer | None = None
     module: VFLModule | None = None
+    started_ray = False
     try:
         try:
             output_dir.mkdir(parents=True, exist_ok=True)
@@ -237,6 +308,7 @@ def train(cfg: DictConfig) -> dict:
         if not os.access(output_dir, os.W_OK):
             raise ConfigError(f"paths.output_dir={output_dir} is not writable")
         check_run_config(cfg)
+        check_runtime(cfg)
         if cfg.get("torch_threads"):
             torch.set_num_threads(int(cfg.torch_threads))
         quiet_lightning()
@@ -247,6 +319,9 @@ def train(cfg: DictConfig) -> dict:
             check_resume_config(load_resume_checkpoint(str(ckpt_path)), config, str(ckpt_path))
         datamodule, module = _with_path_context(build, cfg)
         module.run_config = config
+        if runtime_name(cfg) == "ray":
+            started_ray = start_ray(cfg)
+            attach_ray_parties(cfg, module)
         callbacks = _callbacks(cfg)
         loggers = _loggers(cfg)
         trainer = instantiate(
@@ -274,6 +349,8 @@ def train(cfg: DictConfig) -> dict:
             "num_parties": module.num_parties,
             "active_party": module.server_party is not None,
             "seed": cfg.seed,
+            "runtime": runtime_name(cfg),
+            "model_digest": module.model_digest(),
             "epochs": int(trainer.current_epoch),
             "global_step": int(trainer.global_step),
             **{k: v for k, v in fit_metrics.items() if not k.startswith("test/")},
@@ -306,6 +383,12 @@ def train(cfg: DictConfig) -> dict:
         log.error("run %s: %s", results["status"], results["error"])
         raise
     finally:
+        if module is not None:
+            module.party_side.close()
+        if started_ray:
+            import ray
+
+            ray.shutdown()
         results["time/wall_s"] = time.perf_counter() - started
         # With trainer=ddp every rank holds the same totals: rank 0 alone writes them.
         rank_zero = trainer is None or trainer.is_global_zero

@@ -28,6 +28,7 @@ from vfl_lightning.errors import NonFiniteLoss
 from vfl_lightning.mechanisms.base import Mechanism, fuse_tensors, join_own_embedding
 from vfl_lightning.models.batched import GroupedParties, groupable
 from vfl_lightning.parallel import FederationDDPStrategy, RowShares
+from vfl_lightning.runtime.parties import LocalParties, Parties, tensor_digest
 from vfl_lightning.wire import Network, SimulatedClock, Wire
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
@@ -85,6 +86,8 @@ class VFLModule(L.LightningModule):
 
     SUPPORTS_ACTIVE_PARTY = False
     DATA_PARALLEL = False
+    RUNTIMES = ("local",)
+    """Where this protocol's parties may run (``runtime=...``)."""
 
     def __init__(
         self,
@@ -133,6 +136,7 @@ class VFLModule(L.LightningModule):
         grouped = bool(batch_parties) and groupable(self.parties)
         self.grouped_parties = GroupedParties(self.parties) if grouped else None
         self._last_grouped: tuple[torch.Tensor | None, tuple[torch.Tensor, ...]] = (None, ())
+        self._num_parties = len(self.parties)
         clock = SimulatedClock(network, len(self.parties), self.seed)
         self.wire = Wire(len(self.parties), clock, transcript_size)
         self.train_metrics = make_metrics(self.num_classes, "train")
@@ -147,6 +151,13 @@ class VFLModule(L.LightningModule):
         self.rows = RowShares()
         self._first_bad_round: torch.Tensor | None = None
         self.run_config: dict | None = None
+        self.party_side: Parties = LocalParties(self)
+
+    def attach_parties(self, party_side: Parties) -> None:
+        """Reach the parties through ``party_side`` (e.g. Ray actors, which hold the party
+        models and optimizers): the module keeps no party model of its own from then on."""
+        self.parties = nn.ModuleList()
+        self.party_side = party_side
 
     @classmethod
     def check_party_class(cls, party_class: type, name: str) -> None:
@@ -155,7 +166,7 @@ class VFLModule(L.LightningModule):
 
     @property
     def num_parties(self) -> int:
-        return len(self.parties)
+        return self._num_parties
 
     # ----------------------------------------------------------------- optimizers
     def configure_optimizers(self):
@@ -282,10 +293,12 @@ class VFLModule(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._restart_eval_generator("val")
+        self.party_side.restart_stream("val")
         self.mechanism.begin_evaluation(self.release_stream("val"), self.wire.ledger.rounds)
 
     def on_test_epoch_start(self) -> None:
         self._restart_eval_generator("test")
+        self.party_side.restart_stream("test")
         self.mechanism.begin_evaluation("test", self.wire.ledger.rounds)
 
     # ----------------------------------------------------------------- forward
@@ -319,10 +332,10 @@ class VFLModule(L.LightningModule):
             return fused
         return join_own_embedding(fused, own, self.mechanism.fusion, self.num_parties)
 
-    def forward(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
+    def forward(self, xs: Sequence[torch.Tensor], idx: torch.Tensor | None = None) -> torch.Tensor:
         """Logits as the deployed protocol computes them (mechanism applied per ``apply_at_eval``,
         on the ``predict`` release stream)."""
-        return self.head(self.server_input(xs, "predict"))
+        return self.head(self.server_input(xs, "predict", idx))
 
     @staticmethod
     def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -378,6 +391,7 @@ class VFLModule(L.LightningModule):
             "comm/downlink_mb": down,
             "comm/total_mb": up + down + peer,
             "comm/rounds": float(ledger.rounds),
+            "comm/serialized_mb": ledger.serialized_bytes / 1e6,
             "time/simulated_s": float(self.wire.clock.now),
         }
 
@@ -443,10 +457,14 @@ class VFLModule(L.LightningModule):
             return "sanity"
         return stage
 
-    def server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor:
-        fused = self.mechanism.evaluate(
-            self.embed(xs), generator=self.generator(stage), stream=self.release_stream(stage)
-        )
+    def server_input(
+        self, xs: Sequence[torch.Tensor], stage: str, idx: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The head's input at evaluation: every party sends its release of the next round of
+        the stage's stream (or its plain embedding without ``apply_at_eval``), the server fuses."""
+        round = self.mechanism.next_release(self.release_stream(stage))
+        messages = self.party_side.send(xs, idx, stage=stage, round=round)
+        fused = self.mechanism.fuse_evaluation(messages, round)
         return self.server_fuse(fused, self.own_embedding(xs))
 
     def clean_server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor | None:
@@ -463,8 +481,8 @@ class VFLModule(L.LightningModule):
         return self.server_fuse(fused, self.own_embedding(xs))
 
     def _eval_step(self, batch, stage: str) -> None:
-        xs, y, _ = batch
-        logits = self.head(self.server_input(xs, stage))
+        xs, y, idx = batch
+        logits = self.head(self.server_input(xs, stage, idx))
         self.log(f"{stage}/loss", self.loss_fn(logits, y), on_epoch=True, prog_bar=stage == "val")
         metrics = getattr(self, f"{stage}_metrics")
         metrics.update(self.scores(logits), y)
@@ -481,6 +499,15 @@ class VFLModule(L.LightningModule):
     def test_step(self, batch, batch_idx) -> None:
         self._eval_step(batch, "test")
 
+    def model_digest(self) -> str:
+        """SHA-256 of every parameter tensor (name, dtype, shape, bytes): parties 0..M−1 (wherever
+        they run), the head, then the server's own party model."""
+        named = list(self.party_side.named_parameters())
+        named += [(f"head.{n}", p) for n, p in self.head.named_parameters()]
+        if self.server_party is not None:
+            named += [(f"server_party.{n}", p) for n, p in self.server_party.named_parameters()]
+        return tensor_digest(named).hexdigest()
+
     # ----------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         train_gen = self._generators.get("train")
@@ -490,6 +517,7 @@ class VFLModule(L.LightningModule):
             "train_generator": None if train_gen is None else train_gen.get_state(),
             "torch_rng": torch.get_rng_state(),
             "config": self.run_config,
+            "parties": self.party_side.state_dict(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -501,3 +529,5 @@ class VFLModule(L.LightningModule):
         self._generators.pop("train", None)
         self._pending_generator_state = state["train_generator"]
         torch.set_rng_state(state["torch_rng"])
+        if "parties" in state:
+            self.party_side.load_state_dict(state["parties"])

@@ -5,22 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from vfl_lightning.algorithms.sync import SyncVFL
+from vfl_lightning.runtime.parties import proximal_term, scale_lr
 
 SCHEDULES = ("parallel", "sequential")
 LR_SCHEDULES = ("constant", "sqrt_decay", "sqrt_decay_k")
-
-
-def proximal_term(
-    parameters: Sequence[torch.Tensor], anchors: Sequence[torch.Tensor], mu: float
-) -> torch.Tensor:
-    """μ/2 · ‖θ − θ^{r0}‖², whose gradient μ(θ − θ^{r0}) eq. (13) adds to every local update."""
-    squares = [(p - a).pow(2).sum() for p, a in zip(parameters, anchors, strict=True)]
-    return 0.5 * mu * torch.stack(squares).sum()
 
 
 def lr_factor(schedule: str, round_index: int, num_feature_parties: int) -> float:
@@ -30,14 +22,6 @@ def lr_factor(schedule: str, round_index: int, num_feature_parties: int) -> floa
     if schedule == "sqrt_decay_k":
         return 1.0 / math.sqrt((round_index + 1) * num_feature_parties)
     return 1.0
-
-
-@dataclass
-class Anchors:
-    """θ^{r0}: every party's and the server's parameters at the last exchange (detached copies)."""
-
-    parties: list[list[torch.Tensor]]
-    server: list[torch.Tensor]
 
 
 class FedBCD(SyncVFL):
@@ -119,45 +103,23 @@ class FedBCD(SyncVFL):
         if self.lr_schedule == "constant":
             return
         factor = lr_factor(self.lr_schedule, self.wire.ledger.rounds, self.num_feature_parties)
-        party_opts, server_opt = self.split_optimizers()
-        for opt in [*party_opts, server_opt]:
-            for group in opt.optimizer.param_groups:
-                group.setdefault("initial_lr", group["lr"])
-                group["lr"] = group["initial_lr"] * factor
+        _, server_opt = self.split_optimizers()
+        self.party_side.set_lr_factor(factor)
+        scale_lr(server_opt.optimizer, factor)
 
-    def proximal_anchors(self) -> Anchors | None:
-        """θ^{r0} of every side at the exchange (``None`` without a proximal term)."""
+    def proximal_anchors(self) -> list[torch.Tensor] | None:
+        """θ^{r0} at the exchange: every party remembers its own; returns the server's
+        (``None`` without a proximal term)."""
         if self.mu == 0:
             return None
-
-        def copies(params):
-            return [p.detach().clone() for p in params]
-
-        return Anchors(
-            [copies(party.parameters()) for party in self.parties],
-            copies(self.server_parameters()),
-        )
+        self.party_side.set_anchor()
+        return [p.detach().clone() for p in self.server_parameters()]
 
     # ------------------------------------------------------------- local iterations
-    def local_party_step(
-        self,
-        party_opts,
-        xs: Sequence[torch.Tensor],
-        gradients: Sequence[torch.Tensor],
-        anchors: Anchors | None,
-    ) -> None:
-        """Every party: fresh h_m on S with its current θ_m, backward with the cached g_m, step."""
-        embeddings = self.embed(xs)
-        for opt in party_opts:
-            opt.zero_grad()
-        self.backward_parties(embeddings, gradients)
-        if anchors is not None:
-            penalties = [
-                proximal_term(list(party.parameters()), anchor, self.mu)
-                for party, anchor in zip(self.parties, anchors.parties, strict=True)
-            ]
-            torch.autograd.backward(torch.stack(penalties).sum())
-        self.step_parties(party_opts)
+    def local_party_step(self, gradients: Sequence[torch.Tensor]) -> None:
+        """Every party: fresh h_m on S with its current θ_m, backward with the cached g_m (plus
+        μ(θ_m − θ_m^{r0})), step."""
+        self.party_side.apply_gradients(gradients, fresh=True, mu=self.mu)
 
     def local_server_step(
         self,
@@ -165,34 +127,34 @@ class FedBCD(SyncVFL):
         fused: torch.Tensor,
         xs: Sequence[torch.Tensor],
         y: torch.Tensor,
-        anchors: Anchors | None,
+        anchors: list[torch.Tensor] | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The server: loss on the cached fused messages joined with its own fresh embedding
         (plus the proximal term), backward, step. Returns (loss, logits)."""
         loss, logits = self.server_loss(fused, xs, y)
         objective = loss
         if anchors is not None:
-            objective = loss + proximal_term(self.server_parameters(), anchors.server, self.mu)
+            objective = loss + proximal_term(self.server_parameters(), anchors, self.mu)
         server_opt.zero_grad()
         self.manual_backward(objective)
         server_opt.step()
         return loss, logits
 
     # ------------------------------------------------------------- rounds
-    def parallel_round(self, xs: Sequence[torch.Tensor], y: torch.Tensor):
+    def parallel_round(self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor):
         """FedBCD-p (Algorithm 1): the exchange iteration, then Q − 1 local iterations."""
-        party_opts, server_opt = self.split_optimizers()
+        _, server_opt = self.split_optimizers()
         anchors = self.proximal_anchors()
-        exchanged = self.exchange_round(xs, y)
+        exchanged = self.exchange_round(xs, y, idx)
         for _ in range(self.local_steps - 1):
-            self.local_party_step(party_opts, xs, exchanged.gradients, anchors)
+            self.local_party_step(exchanged.gradients)
             self.local_server_step(server_opt, exchanged.fused, xs, y, anchors)
         return exchanged.loss, exchanged.logits
 
-    def sequential_round(self, xs: Sequence[torch.Tensor], y: torch.Tensor):
+    def sequential_round(self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor):
         """FedBCD-s (Fig. 1b): embeddings up; Q server steps; gradients down; Q party steps."""
-        party_opts, server_opt = self.split_optimizers()
-        embeddings, received = self.send_embeddings(xs)
+        _, server_opt = self.split_optimizers()
+        received = self.send_embeddings(xs, idx)
         fused = self.mechanism.fuse(received).detach()
         loss, logits = self.local_server_step(server_opt, fused, xs, y, None)
         for _ in range(self.local_steps - 1):
@@ -201,18 +163,18 @@ class FedBCD(SyncVFL):
         updated_loss, _ = self.server_loss(leaf, xs, y)
         (fused_grad,) = torch.autograd.grad(updated_loss, leaf)
         gradients = self.send_gradients(fused_grad)
-        self.update_parties(party_opts, embeddings, gradients)
+        self.update_parties(gradients)
         for _ in range(self.local_steps - 1):
-            self.local_party_step(party_opts, xs, gradients, None)
+            self.local_party_step(gradients)
         self.wire.end_round()
         return loss, logits
 
-    def protocol_step(self, xs: Sequence[torch.Tensor], y: torch.Tensor):
+    def protocol_step(self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor):
         """One exchange round and its Q iterations; returns the exchange iteration's (loss, logits)."""
         self.apply_lr_schedule()
         if self.schedule == "sequential":
-            return self.sequential_round(xs, y)
-        return self.parallel_round(xs, y)
+            return self.sequential_round(xs, y, idx)
+        return self.parallel_round(xs, y, idx)
 
     def results(self) -> dict:
         out = super().results()

@@ -322,8 +322,11 @@ class FedVSFamily(VFLModule):
                 party.weight.clamp_(-self.weight_bound, self.weight_bound)
 
     # ----------------------------------------------------------------- evaluation
-    def server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor:
-        """Plain average of the real-valued embeddings (noisy ones for Wait-DP with at_eval)."""
+    def server_input(
+        self, xs: Sequence[torch.Tensor], stage: str, idx: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Plain average of the real-valued embeddings (noisy ones for Wait-DP with
+        ``algo.dp.at_eval``)."""
         embeddings = self.embed(xs)
         if self.dp is not None and self.dp.at_eval:
             gen = self.generator(stage)

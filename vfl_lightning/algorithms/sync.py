@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import torch
 
 from vfl_lightning.algorithms.base import VFLModule
-from vfl_lightning.algorithms.party_steps import zero_together
 
 
 @dataclass
@@ -35,20 +34,14 @@ class SyncVFL(VFLModule):
 
     SUPPORTS_ACTIVE_PARTY = True
     DATA_PARALLEL = True
+    RUNTIMES = ("local", "ray")
 
     # ------------------------------------------------------------- the exchange, in pieces
-    def send_embeddings(
-        self, xs: Sequence[torch.Tensor]
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Party side, then wire: (each party's h_m with its graph, the messages that arrived)."""
-        embeddings = self.embed(xs)
-        messages = self.mechanism.encode(
-            [h.detach() for h in embeddings],
-            generator=self.generator("train"),
-            round=self.wire.ledger.rounds,
-        )
-        received = self.wire.uplink(messages, bits_per_element=self.mechanism.bits_per_element)
-        return embeddings, received
+    def send_embeddings(self, xs: Sequence[torch.Tensor], idx: torch.Tensor) -> list[torch.Tensor]:
+        """Party side (``self.party_side``: wherever the parties run), then wire: the messages
+        that arrived. Each party keeps its forward for :meth:`update_parties`."""
+        messages = self.party_side.send(xs, idx, stage="train", round=self.wire.ledger.rounds)
+        return self.wire.uplink(messages, bits_per_element=self.mechanism.bits_per_element)
 
     def server_loss(
         self, fused: torch.Tensor, xs: Sequence[torch.Tensor], y: torch.Tensor
@@ -61,39 +54,34 @@ class SyncVFL(VFLModule):
         """Server, then wire: each party's gradient dL/dh_m (straight through the mechanism)."""
         return self.wire.downlink(self.mechanism.party_gradients(fused_grad, self.widths))
 
-    def update_parties(
-        self,
-        party_opts,
-        embeddings: Sequence[torch.Tensor],
-        gradients: Sequence[torch.Tensor],
-    ) -> None:
+    def update_parties(self, gradients: Sequence[torch.Tensor]) -> None:
         """Party side: h_m.backward(gradient=g_m) for every party, then every party steps."""
-        zero_together([opt.optimizer for opt in party_opts])
-        self.backward_parties(embeddings, gradients)
-        self.step_parties(party_opts)
+        self.party_side.apply_gradients(gradients)
 
-    def exchange_round(self, xs: Sequence[torch.Tensor], y: torch.Tensor) -> ExchangeRound:
+    def exchange_round(
+        self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor
+    ) -> ExchangeRound:
         """One synchronous round: embeddings up, gradients down, every side steps once."""
-        party_opts, server_opt = self.split_optimizers()
-        embeddings, received = self.send_embeddings(xs)
+        _, server_opt = self.split_optimizers()
+        received = self.send_embeddings(xs, idx)
         fused = self.mechanism.fuse(received).requires_grad_()
         loss, logits = self.server_loss(fused, xs, y)
         server_opt.zero_grad()
         self.manual_backward(loss)
         gradients = self.send_gradients(fused.grad)
-        self.update_parties(party_opts, embeddings, gradients)
+        self.update_parties(gradients)
         server_opt.step()
         self.wire.end_round()
         return ExchangeRound(loss, logits, fused.detach(), gradients)
 
     # ------------------------------------------------------------- the protocol
-    def protocol_step(self, xs: Sequence[torch.Tensor], y: torch.Tensor):
+    def protocol_step(self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor):
         """One round; returns (loss, logits). Separate from logging so benchmarks can time it."""
-        exchanged = self.exchange_round(xs, y)
+        exchanged = self.exchange_round(xs, y, idx)
         return exchanged.loss, exchanged.logits
 
     def training_step(self, batch, batch_idx):
-        xs, y, _ = batch
-        loss, logits = self.protocol_step(xs, y)
+        xs, y, idx = batch
+        loss, logits = self.protocol_step(xs, y, idx)
         self.log_train_step(loss, logits, y)
         return loss

@@ -37,6 +37,15 @@ def release_round(stream: str, index: int) -> int:
     return (RELEASE_STREAMS.index(stream) << STREAM_SHIFT) | int(index)
 
 
+def party_generator(
+    generator: torch.Generator | Sequence[torch.Generator] | None, party: int
+) -> torch.Generator | None:
+    """Party ``party``'s generator: the m-th of a per-party sequence, or the shared one."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return generator
+    return generator[party]
+
+
 def check_fusion(fusion: str) -> str:
     if fusion not in FUSIONS:
         raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
@@ -105,6 +114,8 @@ class Mechanism(ABC):
 
     bits_per_element: int | None = None
     noisy: bool = False
+    uses_pair_masks = False
+    """Whether messages carry secure-aggregation masks (then :meth:`set_pair_seeds` applies)."""
 
     def __init__(self, num_parties: int, fusion: str = "sum", apply_at_eval: bool = True) -> None:
         if int(num_parties) < 1:
@@ -123,10 +134,29 @@ class Mechanism(ABC):
         self,
         embeddings: Sequence[torch.Tensor],
         *,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
         round: int = 0,
     ) -> list[torch.Tensor]:
-        """Party side: the message each party m sends for its (detached) embedding."""
+        """Party side: the message each party m sends for its (detached) embedding. ``generator``
+        is one generator for every party, or one per party (party m draws from the m-th)."""
+
+    def encode_party(
+        self,
+        party: int,
+        embedding: torch.Tensor,
+        *,
+        generator: torch.Generator | None = None,
+        round: int = 0,
+    ) -> torch.Tensor:
+        """Party ``party`` alone (a party process): its message, bit-identical to
+        ``encode(embeddings, generator=[..., generator, ...], round=round)[party]``. Default: the
+        plain embedding (mechanisms that add noise or masks override it)."""
+        return embedding.detach()
+
+    def set_pair_seeds(self, pair_seeds: dict[tuple[int, int], int]) -> None:
+        """Hold exactly ``pair_seeds`` (pair -> seed) for secure aggregation: a party its own
+        pairs, the server none. Only for mechanisms with ``uses_pair_masks``."""
+        raise ValueError(f"{type(self).__name__} does not use secure-aggregation pair seeds")
 
     @abstractmethod
     def fuse(self, messages: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -140,7 +170,7 @@ class Mechanism(ABC):
         self,
         embeddings: Sequence[torch.Tensor],
         *,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
         round: int = 0,
     ) -> torch.Tensor:
         """Encode and fuse in one go (evaluation; no wire accounting)."""
@@ -159,20 +189,32 @@ class Mechanism(ABC):
                 f"evaluation stream must be one of {tuple(self.eval_releases)}, got {stream!r}"
             )
 
+    def next_release(self, stream: str) -> int | None:
+        """The round of the next evaluation release of ``stream`` (counted), or ``None`` when
+        evaluation sees the plain embeddings (``apply_at_eval=false``)."""
+        self._check_stream(stream)
+        if not self.apply_at_eval:
+            return None
+        round = release_round(stream, self.eval_releases[stream])
+        self.eval_releases[stream] += 1
+        return round
+
+    def fuse_evaluation(self, messages: Sequence[torch.Tensor], round: int | None) -> torch.Tensor:
+        """The server input from evaluation messages of release ``round`` (``None``: plain)."""
+        return fuse_tensors(messages, self.fusion) if round is None else self.fuse(messages)
+
     def evaluate(
         self,
         embeddings: Sequence[torch.Tensor],
         *,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
         stream: str = "val",
     ) -> torch.Tensor:
         """The server input at evaluation time (``stream``: val, test, sanity or predict),
         honouring ``apply_at_eval``; each release takes the next round of its own stream."""
-        self._check_stream(stream)
-        if not self.apply_at_eval:
+        round = self.next_release(stream)
+        if round is None:
             return fuse_tensors(embeddings, self.fusion)
-        round = release_round(stream, self.eval_releases[stream])
-        self.eval_releases[stream] += 1
         return self.release(embeddings, generator=generator, round=round)
 
     def state_dict(self) -> dict:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vfl_lightning.mechanisms.base import Mechanism, fuse_tensors
+from vfl_lightning.mechanisms.base import Mechanism, fuse_tensors, party_generator
 from vfl_lightning.privacy.parameters import check_pbm_parameters
 
 
@@ -58,18 +58,24 @@ class GaussianLDP(Mechanism):
         self,
         embeddings: Sequence[torch.Tensor],
         *,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
         round: int = 0,
     ) -> list[torch.Tensor]:
         detached = [h.detach() for h in embeddings]
         clipped_elements = sum((h.abs() > self.C).sum() for h in detached)
         total_elements = sum(h.numel() for h in detached)
         self.stats["ldp/clip_fraction"] = clipped_elements.to(torch.float32) / total_elements
-        return [
-            h.clamp(-self.C, self.C)
-            + self.sigma * torch.randn(h.shape, generator=generator, dtype=h.dtype, device=h.device)
-            for h in detached
-        ]
+        return [self.perturb(h, party_generator(generator, m)) for m, h in enumerate(detached)]
+
+    def perturb(self, embedding: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """clip(h, −C, C) + N(0, σ²) drawn from ``generator``: one party's message."""
+        noise = torch.randn(
+            embedding.shape, generator=generator, dtype=embedding.dtype, device=embedding.device
+        )
+        return embedding.clamp(-self.C, self.C) + self.sigma * noise
+
+    def encode_party(self, party, embedding, *, generator=None, round=0) -> torch.Tensor:
+        return self.perturb(embedding.detach(), generator)
 
     def fuse(self, messages: Sequence[torch.Tensor]) -> torch.Tensor:
         return fuse_tensors(messages, "sum")

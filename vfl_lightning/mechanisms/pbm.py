@@ -34,6 +34,7 @@ class PBM(Mechanism):
     """
 
     noisy = True
+    uses_pair_masks = True
 
     def __init__(
         self,
@@ -55,24 +56,36 @@ class PBM(Mechanism):
         return self.masking.modulus
 
     def quantize(
-        self, embedding: torch.Tensor, generator: torch.Generator | None = None
+        self,
+        embedding: torch.Tensor,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
     ) -> torch.Tensor:
         """Algorithm 1 on clipped values: q ~ Binomial(b, 1/2 + (β/C) h) element-wise, int64.
 
         For b ≤ ``INVERSE_CDF_MAX_TRIALS``: inverse-CDF sampling, one float64 uniform per element
         and the Binomial CDF built by the pmf recurrence (exact up to float64 rounding; on CPU
         2.5-4x faster than ``torch.binomial`` at these b). Above it, ``torch.binomial`` (its
-        rejection sampler wins for large b). Both draw only from ``generator``.
+        rejection sampler wins for large b). Both draw only from ``generator``; a sequence of
+        generators gives row m of ``embedding`` (party m's) its own. Every step of the CDF is an
+        exactly rounded elementwise operation ((1 − p)^b by repeated multiplication, not ``pow``),
+        so a party's counts do not depend on how many parties are stacked with it.
         """
         probability = 0.5 + (self.beta / self.C) * embedding.to(torch.float64)
         if self.b > INVERSE_CDF_MAX_TRIALS:
             counts = torch.full_like(probability, float(self.b))
-            return torch.binomial(counts, probability, generator=generator).to(torch.int64)
-        uniform = torch.rand(
-            probability.shape, generator=generator, dtype=torch.float64, device=probability.device
-        )
+            if generator is None or isinstance(generator, torch.Generator):
+                return torch.binomial(counts, probability, generator=generator).to(torch.int64)
+            draws = [
+                torch.binomial(c, p, generator=g)
+                for c, p, g in zip(counts, probability, generator, strict=True)
+            ]
+            return torch.stack(draws).to(torch.int64)
+        uniform = self.uniforms(probability, generator)
         odds = probability / (1.0 - probability)
-        pmf = (1.0 - probability).pow_(self.b)
+        complement = 1.0 - probability
+        pmf = complement.clone()
+        for _ in range(self.b - 1):
+            pmf.mul_(complement)
         cdf = pmf.clone()
         reached = torch.empty(probability.shape, dtype=torch.bool, device=probability.device)
         count = torch.zeros(probability.shape, dtype=torch.uint8, device=probability.device)
@@ -84,6 +97,21 @@ class PBM(Mechanism):
             count.add_(reached)
         return count.to(torch.int64)
 
+    @staticmethod
+    def uniforms(
+        probability: torch.Tensor, generator: torch.Generator | Sequence[torch.Generator] | None
+    ) -> torch.Tensor:
+        """float64 uniforms of ``probability``'s shape, row m from the m-th generator if several."""
+        device = probability.device
+        if generator is None or isinstance(generator, torch.Generator):
+            return torch.rand(
+                probability.shape, generator=generator, dtype=torch.float64, device=device
+            )
+        shape = probability.shape[1:]
+        return torch.stack(
+            [torch.rand(shape, generator=g, dtype=torch.float64, device=device) for g in generator]
+        )
+
     def dequantize(self, count_sum: torch.Tensor) -> torch.Tensor:
         """The server's estimate (C/(β b)) (Σq − b M/2) of the embedding sum, float32."""
         centered = count_sum.to(torch.float64) - self.b * self.num_parties / 2.0
@@ -93,7 +121,7 @@ class PBM(Mechanism):
         self,
         embeddings: Sequence[torch.Tensor],
         *,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
         round: int = 0,
     ) -> list[torch.Tensor]:
         if len(embeddings) != self.num_parties:
@@ -105,6 +133,16 @@ class PBM(Mechanism):
         # every party draws its own counts; one vectorized call over the stacked parties
         counts = self.quantize(stacked.clamp(-self.C, self.C), generator)
         return self.masking.mask(list(counts.unbind(0)), round)
+
+    def encode_party(self, party, embedding, *, generator=None, round=0) -> torch.Tensor:
+        clipped = embedding.detach().clamp(-self.C, self.C)
+        counts = self.quantize(clipped[None], [generator])[0]
+        return self.masking.mask_party(party, counts, round)
+
+    def set_pair_seeds(self, pair_seeds: dict[tuple[int, int], int]) -> None:
+        self.masking = PairwiseMasking(
+            self.num_parties, self.bits_per_element, pair_seeds=pair_seeds
+        )
 
     def fuse(self, messages: Sequence[torch.Tensor]) -> torch.Tensor:
         return self.dequantize(self.masking.secure_sum(list(messages)))

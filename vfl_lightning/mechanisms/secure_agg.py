@@ -9,6 +9,8 @@ import math
 
 import torch
 
+from vfl_lightning.mechanisms.keys import seeded_pair_seeds
+
 RING_BITS_LIMIT = 62
 """Largest ring 2^k we use: two residues < 2^62 add without leaving int64."""
 
@@ -70,8 +72,10 @@ def ring_bits(num_parties: int, trials: int) -> int:
 class PairwiseMasking:
     """Bonawitz Protocol 0 for M parties over Z_R, R = 2^``modulus_bits``.
 
-    Every pair (i < j) holds a seed that only i and j know (in a deployment from a key agreement;
-    here derived from ``seed`` with splitmix64, and never read by the server side). For round r the
+    Every pair (i < j) holds a seed that only i and j know, from X25519 key agreement
+    (:mod:`~vfl_lightning.mechanisms.keys`): ``pair_seeds`` gives the seeds this side holds (a
+    party actor: its own M − 1 pairs; the server: none, it only sums); without it every pair's seed
+    is derived from keys made from ``seed`` (the local runtime, which simulates every party). For round r the
     pair expands (seed, r) with a counter-based PRG (splitmix64 of seed, round and element index)
     into a fresh mask u_ij of the message's shape; party i adds u_ij and party j subtracts it, mod R.
     The masks cancel in the sum, so Σ_m y_m = Σ_m q_m (mod R), and each y_m alone is uniform on
@@ -79,7 +83,14 @@ class PairwiseMasking:
     All masks of a round come from one vectorized computation over (pair, element).
     """
 
-    def __init__(self, num_parties: int, modulus_bits: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        num_parties: int,
+        modulus_bits: int,
+        seed: int = 0,
+        *,
+        pair_seeds: dict[tuple[int, int], int] | None = None,
+    ) -> None:
         if int(num_parties) < 1:
             raise ValueError(f"num_parties must be >= 1, got {num_parties}")
         if not 1 <= int(modulus_bits) <= RING_BITS_LIMIT:
@@ -87,13 +98,17 @@ class PairwiseMasking:
         self.num_parties = int(num_parties)
         self.modulus_bits = int(modulus_bits)
         self.modulus = 1 << self.modulus_bits
-        first, second = torch.triu_indices(self.num_parties, self.num_parties, offset=1)
-        self.adding_party = first
-        self.subtracting_party = second
-        setup_key = splitmix64_int(int(seed) & ((1 << 64) - 1))
-        self.pair_seeds = [
-            splitmix64_int(setup_key + (pair + 1) * _GOLDEN_GAMMA) for pair in range(first.numel())
-        ]
+        if pair_seeds is None:
+            pair_seeds = seeded_pair_seeds(self.num_parties, seed)
+        for first, second in pair_seeds:
+            if not 0 <= first < second < self.num_parties:
+                raise ValueError(
+                    f"pair ({first}, {second}) is not two party ids 0 <= i < j < {self.num_parties}"
+                )
+        self.pairs = sorted(pair_seeds)
+        self.adding_party = torch.tensor([i for i, _ in self.pairs], dtype=torch.int64)
+        self.subtracting_party = torch.tensor([j for _, j in self.pairs], dtype=torch.int64)
+        self.pair_seeds = [int(pair_seeds[pair]) for pair in self.pairs]
         self._pair_seed_words = torch.tensor(
             [_as_int64(seed) for seed in self.pair_seeds], dtype=torch.int64
         )
@@ -155,10 +170,25 @@ class PairwiseMasking:
         # int64 addition wraps mod 2^64 and R divides 2^64, so reducing at the end is exact.
         return (total & (self.modulus - 1)).reshape(self.num_parties, *shape)
 
+    def holds_party(self, party: int) -> bool:
+        """Whether every pair of ``party`` is held here (so its net mask can be computed)."""
+        held = sum(party in pair for pair in self.pairs)
+        return held == self.num_parties - 1
+
+    def mask_party(self, party: int, secret: torch.Tensor, round: int) -> torch.Tensor:
+        """Party ``party``'s side: y = q + mask_party mod R, from the pairs it holds; equal to
+        ``mask(...)[party]`` of a masking that holds every pair."""
+        if not self.holds_party(party):
+            raise ValueError(f"party {party}'s pair seeds are not held here: it cannot mask")
+        mask = self.party_masks(round, secret.shape, secret.device)[party]
+        return (secret.to(torch.int64) + mask) & (self.modulus - 1)
+
     def mask(self, secrets: list[torch.Tensor], round: int) -> list[torch.Tensor]:
         """Party side: y_m = q_m + mask_m mod R for every party's integer tensor q_m."""
         if len(secrets) != self.num_parties:
             raise ValueError(f"expected {self.num_parties} party tensors, got {len(secrets)}")
+        if self.num_pairs != self.num_parties * (self.num_parties - 1) // 2:
+            raise ValueError("this side does not hold every pair seed: each party masks its own")
         masks = self.party_masks(round, secrets[0].shape, secrets[0].device)
         return [(q.to(torch.int64) + masks[m]) & (self.modulus - 1) for m, q in enumerate(secrets)]
 

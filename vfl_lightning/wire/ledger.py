@@ -28,6 +28,8 @@ class Ledger:
     ``uplink`` is party -> server, ``downlink`` server -> party, ``peer`` party -> party (FedVS
     shares; charged to the sender). Bits are Python ints computed from shapes, so counting never
     synchronizes with an accelerator. ``transcript_size`` > 0 keeps the last that many messages.
+    ``serialized_bytes`` counts what a multi-process runtime actually serialized for training
+    messages (both directions; 0 in the local runtime, where nothing is serialized).
     """
 
     def __init__(self, num_parties: int, transcript_size: int = 0) -> None:
@@ -38,12 +40,16 @@ class Ledger:
     def reset(self) -> None:
         self.bits = {d: [0] * self.num_parties for d in (UPLINK, DOWNLINK, PEER)}
         self.rounds = 0
+        self.serialized_bytes = 0
         self.transcript: deque[Entry] = deque(maxlen=self.transcript_size or None)
 
     def record(self, direction: str, party: int, bits: int, kind: str = "", shape=()) -> None:
         self.bits[direction][party] += bits
         if self.transcript_size:
             self.transcript.append(Entry(self.rounds, direction, party, kind, tuple(shape), bits))
+
+    def record_serialized(self, nbytes: int) -> None:
+        self.serialized_bytes += int(nbytes)
 
     def end_round(self) -> None:
         self.rounds += 1
@@ -56,7 +62,11 @@ class Ledger:
         return self.total_bits(direction) / 8e6
 
     def state_dict(self) -> dict:
-        return {"bits": {d: list(v) for d, v in self.bits.items()}, "rounds": self.rounds}
+        return {
+            "bits": {d: list(v) for d, v in self.bits.items()},
+            "rounds": self.rounds,
+            "serialized_bytes": self.serialized_bytes,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["bits"][UPLINK]) != self.num_parties:
@@ -65,3 +75,4 @@ class Ledger:
             )
         self.bits = {d: list(v) for d, v in state["bits"].items()}
         self.rounds = int(state["rounds"])
+        self.serialized_bytes = int(state.get("serialized_bytes", 0))

@@ -1,0 +1,156 @@
+"""Rounds per second of runtime=ray against runtime=local (digits, M parties), and the share of a
+Ray round spent waiting on the party actors (their compute plus the transport) versus a bare echo.
+
+For each algo and runtime, trains with Lightning and times every ``protocol_step`` (one round:
+embeddings up, gradients down, every side steps), and for Ray also the time inside the party
+calls. A third row times a bare echo: the same messages sent to M no-op actors and back, i.e. the
+transport alone. Medians after a warm-up, printed as a table.
+
+    python bench/runtime_overhead.py                      # npq, pbm; 4 parties; 200 rounds
+    python bench/runtime_overhead.py --algos npq --parties 4 --rounds 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import lightning as L
+import ray
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+from conftest import compose_config  # noqa: E402
+
+from vfl_lightning.train import attach_ray_parties, build  # noqa: E402
+
+
+class Echo:
+    """A no-op party: replies with a message of the given shape and dtype, acks gradients."""
+
+    def send(self, idx, shape, dtype):
+        return torch.zeros(shape, dtype=dtype), 0
+
+    def apply_gradient(self, gradient, fresh, mu):
+        return None
+
+
+def time_run(algo: str, runtime: str, parties: int, rounds: int, warmup: int, out: Path):
+    """(median round seconds, median seconds inside party calls) over the timed rounds."""
+    cfg = compose_config(
+        out / f"{algo}-{runtime}",
+        f"algo={algo}",
+        f"runtime={runtime}",
+        f"data.num_parties={parties}",
+        "data.partition=quadrants" if parties == 4 else "data.partition=even",
+        f"trainer.max_steps={rounds + warmup}",
+        "trainer.max_epochs=-1",
+        "trainer.limit_val_batches=0",
+        "trainer.log_every_n_steps=1000",
+        "callbacks.checkpoint=null",
+        "test=false",
+    )
+    L.seed_everything(0)
+    datamodule, module = build(cfg)
+    if runtime == "ray":
+        attach_ray_parties(cfg, module)
+    round_s: list[float] = []
+    party_s: list[float] = [0.0]
+    side = module.party_side
+    for name in ("send", "apply_gradients"):
+        call = getattr(side, name)
+
+        def timed_call(*args, _call=call, **kwargs):
+            start = time.perf_counter()
+            result = _call(*args, **kwargs)
+            party_s[-1] += time.perf_counter() - start
+            return result
+
+        setattr(side, name, timed_call)
+    protocol_step = module.protocol_step
+
+    def timed(xs, y, idx):
+        party_s.append(0.0)
+        start = time.perf_counter()
+        result = protocol_step(xs, y, idx)
+        round_s.append(time.perf_counter() - start)
+        return result
+
+    module.protocol_step = timed
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=rounds + warmup,
+        max_epochs=-1,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    try:
+        trainer.fit(module, datamodule=datamodule)
+    finally:
+        module.party_side.close()
+    return statistics.median(round_s[warmup:]), statistics.median(party_s[1:][warmup:])
+
+
+def time_echo(parties: int, rounds: int, warmup: int, width: int, batch: int, dtype):
+    """Median seconds of a bare round trip: M no-op actors, message up, gradient down."""
+    actors = [ray.remote(Echo).options(num_cpus=0).remote() for _ in range(parties)]
+    idx = torch.arange(batch)
+    gradient = torch.zeros(batch, width)
+    times = []
+    for _ in range(rounds + warmup):
+        start = time.perf_counter()
+        ray.get([a.send.remote(idx, (batch, width), dtype) for a in actors])
+        ray.get([a.apply_gradient.remote(gradient, False, 0.0) for a in actors])
+        times.append(time.perf_counter() - start)
+    for actor in actors:
+        ray.kill(actor)
+    return statistics.median(times[warmup:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algos", nargs="+", default=["npq", "pbm"])
+    parser.add_argument("--parties", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--num-cpus", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for algo in args.algos:
+            local, _ = time_run(algo, "local", args.parties, args.rounds, args.warmup, Path(tmp))
+            remote, waiting = time_run(
+                algo, "ray", args.parties, args.rounds, args.warmup, Path(tmp)
+            )
+            dtype = torch.uint8 if algo == "pbm" else torch.float32
+            echo = time_echo(args.parties, args.rounds, args.warmup, 16, 32, dtype)
+            rows.append((algo, local, remote, waiting, echo))
+    ray.shutdown()
+    header = (
+        f"{'algo':6} {'local r/s':>10} {'ray r/s':>8} {'ray/local':>9} "
+        f"{'party calls':>11} {'echo ms':>8} {'echo share':>10}"
+    )
+    print(f"M = {args.parties} parties, digits, batch 32; medians of {args.rounds} rounds")
+    print(header)
+    for algo, local, remote, waiting, echo in rows:
+        print(
+            f"{algo:6} {1 / local:10.1f} {1 / remote:8.1f} {remote / local:9.2f} "
+            f"{waiting / remote:11.0%} {echo * 1e3:8.2f} {echo / remote:10.0%}"
+        )
+
+
+if __name__ == "__main__":
+    main()

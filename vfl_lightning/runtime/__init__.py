@@ -1,0 +1,1 @@
+"""Where the parties run: the party interface and its local and Ray implementations."""

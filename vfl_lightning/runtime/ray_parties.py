@@ -1,0 +1,261 @@
+"""Parties as Ray actors (``runtime=ray``): each actor holds only its own feature slice, its party
+model, optimizer and generators, and encodes its messages with the same ``mechanisms/`` code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import ray
+import torch
+from ray.exceptions import RayActorError
+
+from vfl_lightning.errors import ConfigError, PartyLost
+from vfl_lightning.mechanisms.keys import fresh_private_key, party_pair_seeds, public_bytes
+from vfl_lightning.runtime.parties import Parties, PartyGenerators, proximal_term, scale_lr
+
+ACTOR_GROUPS = ("seed", "data", "party", "mechanism", "optimizer")
+"""The config groups a party actor is built from (never the head, the labels' use, the algo)."""
+RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "resources")
+SPLITS = ("train", "val", "test")
+
+
+def wire_dtype(bits: int | None) -> torch.dtype | None:
+    """The smallest integer dtype that carries ``bits``-bit ring elements (None: keep float32)."""
+    if bits is None:
+        return None
+    for dtype, width in ((torch.uint8, 8), (torch.int16, 15), (torch.int32, 31)):
+        if bits <= width:
+            return dtype
+    return torch.int64
+
+
+def serialized_bytes(value) -> int:
+    """Bytes Ray's serializer produces for ``value`` (what travels between processes)."""
+    context = ray._private.worker.global_worker.get_serialization_context()
+    return int(context.serialize(value).total_bytes)
+
+
+class PartyActor:
+    """Party ``party`` of the run described by ``config`` (the groups in ``ACTOR_GROUPS``).
+
+    It builds the data module from the same data config and partition and keeps only its own
+    slice of each split (no labels, no other party's columns); builds the party models in the
+    driver's order under the run's seed and keeps its own (so initial parameters equal the local
+    runtime's); builds its optimizer and mechanism; makes a fresh X25519 key.
+    """
+
+    def __init__(self, config: dict, party: int, num_threads: int) -> None:
+        import lightning as L
+        from hydra.utils import instantiate
+        from omegaconf import OmegaConf
+
+        from vfl_lightning.train import _complete
+
+        torch.set_num_threads(num_threads)
+        cfg = OmegaConf.create(config)
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        datamodule = instantiate(cfg.data)
+        shapes = datamodule.party_shapes
+        self.features = {stage: split.xs[party] for stage, split in datamodule.splits.items()}
+        del datamodule
+        models = [_complete(cfg, "party", input_shape=shape) for shape in shapes]
+        self.party = int(party)
+        self.model = models[self.party]
+        del models
+        self.device = torch.device("cuda" if ray.get_gpu_ids() else "cpu")
+        self.model.to(self.device)
+        self.features = {k: v.to(self.device) for k, v in self.features.items()}
+        self.optimizer = instantiate(cfg.optimizer)(self.model.parameters())
+        self.mechanism = _complete(cfg, "mechanism", num_parties=len(shapes))
+        self.generators = PartyGenerators(cfg.seed, self.party, self.device)
+        self.key = fresh_private_key()
+        self.anchor: list[torch.Tensor] | None = None
+        self.bits = self.mechanism.bits_per_element
+        self._x: torch.Tensor | None = None
+        self._h: torch.Tensor | None = None
+
+    def public_key(self) -> bytes:
+        return public_bytes(self.key)
+
+    def agree(self, public_keys: list[bytes]) -> None:
+        """Derive this party's pair seeds from the relayed public keys (secure aggregation)."""
+        if self.mechanism.uses_pair_masks:
+            self.mechanism.set_pair_seeds(party_pair_seeds(self.key, self.party, public_keys))
+
+    def send(self, idx: torch.Tensor, stage: str, round: int | None):
+        """(message, serialized bytes): this party's message for rows ``idx`` of the stage."""
+        x = self.features[stage][idx.to(self.device)]
+        training = stage == "train"
+        self.model.train(training)
+        if training:
+            self._x, self._h = x, self.model(x)
+            out = self._h.detach()
+        else:
+            with torch.no_grad():
+                out = self.model(x)
+        if round is not None:
+            out = self.mechanism.encode_party(
+                self.party, out, generator=self.generators.get(stage), round=round
+            )
+        dtype = wire_dtype(self.bits) if out.dtype == torch.int64 else None
+        out = out.to("cpu", dtype) if dtype is not None else out.to("cpu")
+        return out, serialized_bytes(out)
+
+    def apply_gradient(self, gradient: torch.Tensor, fresh: bool, mu: float) -> None:
+        h = self.model(self._x) if fresh else self._h
+        self.optimizer.zero_grad()
+        h.backward(gradient.to(self.device))
+        if mu > 0:
+            proximal_term(list(self.model.parameters()), self.anchor, mu).backward()
+        self.optimizer.step()
+        self._h = None
+
+    def set_anchor(self) -> None:
+        self.anchor = [p.detach().clone() for p in self.model.parameters()]
+
+    def set_lr_factor(self, factor: float) -> None:
+        scale_lr(self.optimizer, factor)
+
+    def restart_stream(self, stage: str) -> None:
+        self.generators.restart(stage)
+
+    def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
+        return [(name, p.detach().cpu()) for name, p in self.model.named_parameters()]
+
+    def state_dict(self) -> dict:
+        return {
+            "model": {k: v.cpu() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "generators": self.generators.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generators.load_state_dict(state["generators"])
+
+
+def party_options(party_resources, num_parties: int) -> list[dict]:
+    """Ray actor options of each party from ``runtime.party_resources``: one mapping for every
+    party, or a list with one mapping per party (keys in ``RESOURCE_KEYS``)."""
+    if party_resources is None:
+        party_resources = {}
+    if isinstance(party_resources, dict):
+        per_party = [dict(party_resources)] * num_parties
+    else:
+        per_party = [dict(item or {}) for item in party_resources]
+        if len(per_party) != num_parties:
+            raise ConfigError(
+                f"runtime.party_resources lists {len(per_party)} entries, the run has "
+                f"{num_parties} parties: give one mapping for all or one per party"
+            )
+    for options in per_party:
+        unknown = sorted(set(options) - set(RESOURCE_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"runtime.party_resources has unknown key(s) {unknown}; allowed: {RESOURCE_KEYS}"
+            )
+    return [{"num_cpus": 0} | options for options in per_party]
+
+
+class RayParties(Parties):
+    """The parties as Ray actor handles: every call goes to all actors at once and waits for
+    every reply. The server relays the parties' public keys and never holds a pair seed. Every
+    training message is counted in ``ledger.serialized_bytes`` as Ray serializes it."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        config: dict,
+        num_parties: int,
+        *,
+        party_resources=None,
+        ledger=None,
+        round_fn: Callable[[], int] = lambda: 0,
+        device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
+    ) -> None:
+        options = party_options(party_resources, num_parties)
+        threads = torch.get_num_threads()
+        actor = ray.remote(PartyActor)
+        self.actors = [
+            actor.options(**options[m]).remote(config, m, threads) for m in range(num_parties)
+        ]
+        self.ledger = ledger
+        self.round_fn = round_fn
+        self.device_fn = device_fn
+        public_keys = self._get([a.public_key.remote() for a in self.actors], "key setup")
+        self._get([a.agree.remote(public_keys) for a in self.actors], "key agreement")
+
+    def _get(self, refs: list, what: str) -> list:
+        """Every reply, or :class:`PartyLost` naming the first party whose actor died."""
+        try:
+            return ray.get(refs)
+        except RayActorError as error:
+            for party, ref in enumerate(refs):
+                try:
+                    ray.get(ref)
+                except RayActorError:
+                    raise PartyLost(
+                        f"party {party}'s Ray actor died at training round {self.round_fn()} "
+                        f"({what}); the run stopped, its last checkpoint is intact (resume with "
+                        "ckpt_path=<run dir>/checkpoints/last.ckpt)"
+                    ) from error
+            raise
+
+    def send(self, xs, idx, *, stage, round):
+        if stage not in SPLITS:
+            raise ValueError(
+                f"runtime=ray embeds rows of the train, val or test split by index, not {stage!r}"
+            )
+        idx = idx.to("cpu")
+        replies = self._get([a.send.remote(idx, stage, round) for a in self.actors], "send")
+        if stage == "train" and self.ledger is not None:
+            self.ledger.record_serialized(sum(nbytes for _, nbytes in replies))
+        device = self.device_fn()
+        return [
+            message.to(device) if message.is_floating_point() else message.to(device, torch.int64)
+            for message, _ in replies
+        ]
+
+    def apply_gradients(self, gradients: Sequence[torch.Tensor], *, fresh=False, mu=0.0):
+        payloads = [g.detach().to("cpu") for g in gradients]
+        if self.ledger is not None:
+            self.ledger.record_serialized(sum(serialized_bytes(g) for g in payloads))
+        refs = [a.apply_gradient.remote(g, fresh, mu) for a, g in zip(self.actors, payloads)]
+        self._get(refs, "gradient")
+
+    def set_anchor(self):
+        self._get([a.set_anchor.remote() for a in self.actors], "anchor")
+
+    def set_lr_factor(self, factor):
+        self._get([a.set_lr_factor.remote(factor) for a in self.actors], "learning rate")
+
+    def restart_stream(self, stage):
+        self._get([a.restart_stream.remote(stage) for a in self.actors], "evaluation")
+
+    def named_parameters(self):
+        per_party = self._get([a.named_parameters.remote() for a in self.actors], "parameters")
+        return [
+            (f"parties.{m}.{name}", tensor)
+            for m, named in enumerate(per_party)
+            for name, tensor in named
+        ]
+
+    def state_dict(self):
+        return {"actors": self._get([a.state_dict.remote() for a in self.actors], "checkpoint")}
+
+    def load_state_dict(self, state):
+        if "actors" not in state:
+            raise ConfigError(
+                "this checkpoint was written by runtime=local (its party models are part of the "
+                "module): resume it with runtime=local"
+            )
+        saved = state["actors"]
+        refs = [a.load_state_dict.remote(s) for a, s in zip(self.actors, saved, strict=True)]
+        self._get(refs, "resume")
+
+    def close(self):
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []
