@@ -42,8 +42,10 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = str(ROOT / "conf")
 
-from vfl_lightning.mechanisms import fuse_tensors  # noqa: E402
 from vfl_lightning.train import build, train  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_overhead import Centralized  # noqa: E402  (the same centralized model)
 
 WORKLOADS = {
     "npq": ["algo=npq"],
@@ -86,19 +88,6 @@ def run_config(algo: str, output_dir: Path, epochs: int | None, extra=()) -> Dic
         del cfg["hydra"]
     GlobalHydra.instance().clear()
     return cfg
-
-
-class Centralized(nn.Module):
-    """The party modules and the head as one model: head(fuse(party_m(x_m)))."""
-
-    def __init__(self, parties: nn.ModuleList, head: nn.Module, fusion: str) -> None:
-        super().__init__()
-        self.parties = parties
-        self.head = head
-        self.fusion = fusion
-
-    def forward(self, xs):
-        return self.head(fuse_tensors([p(x) for p, x in zip(self.parties, xs)], self.fusion))
 
 
 def central_loop(cfg: DictConfig, batches: int) -> float:

@@ -144,6 +144,23 @@ def make_report(
         f"UTC on {machine()}; report generated {now} by the last command below."
     )
 
+    def wandb_report(runset_project: bool):
+        """The W&B Report of ``sections`` for ``target``; ``runset_project=False`` builds its
+        runsets without a project, so nothing looks the project up over the network."""
+        return build_report(
+            entity=target[0],
+            project=target[1],
+            title=f"VFL report: {title}",
+            description=description,
+            commands=commands,
+            sections=sections,
+            groups=sorted({run.wandb_group for run in runs}),
+            group_by=wandb_group_by(runs),
+            x=X_AXES[x],
+            y=y,
+            runset_project=runset_project,
+        )
+
     markdown_name, prefix, spec_name = _file_names(name)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -167,19 +184,7 @@ def make_report(
                     lines += [text, ""]
         (staging / markdown_name).write_text("\n".join(lines))
         if target is not None:
-            report = build_report(
-                entity=target[0],
-                project=target[1],
-                title=f"VFL report: {title}",
-                description=description,
-                commands=commands,
-                sections=sections,
-                groups=sorted({run.wandb_group for run in runs}),
-                group_by=wandb_group_by(runs),
-                x=X_AXES[x],
-                y=y,
-                runset_project=False,
-            )
+            report = wandb_report(runset_project=False)
             spec = offline_spec(report, *target)
             (staging / spec_name).write_text(json.dumps(spec, indent=1))
         files = sorted(staging.iterdir())
@@ -199,19 +204,7 @@ def make_report(
         spec_path = out / spec_name
         url = None
         if has_credentials():
-            online = build_report(
-                entity=target[0],
-                project=target[1],
-                title=f"VFL report: {title}",
-                description=description,
-                commands=commands,
-                sections=sections,
-                groups=sorted({run.wandb_group for run in runs}),
-                group_by=wandb_group_by(runs),
-                x=X_AXES[x],
-                y=y,
-                runset_project=True,
-            )
+            online = wandb_report(runset_project=True)
             url = save_online(online, wandb_timeout_s)
         if url:
             print(f"W&B report: {url}")
