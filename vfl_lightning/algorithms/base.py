@@ -148,6 +148,7 @@ class VFLModule(L.LightningModule):
         self._generators: dict[str, torch.Generator] = {}
         self._pending_generator_state: torch.Tensor | None = None
         self._epoch_aggregates: dict[str, tuple[torch.Tensor, float, str]] = {}
+        self._epoch_metrics_logged = False
         self.rows = RowShares()
         self._first_bad_round: torch.Tensor | None = None
         self.run_config: dict | None = None
@@ -397,9 +398,18 @@ class VFLModule(L.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self._epoch_aggregates.clear()
+        self._epoch_metrics_logged = False
 
     def on_train_epoch_end(self) -> None:
-        """Every epoch metric, logged once: communication, the step aggregates, ``train/*``."""
+        if not self._epoch_metrics_logged:  # an epoch cut short (e.g. by max_steps)
+            self.log_epoch_metrics()
+
+    def log_epoch_metrics(self) -> None:
+        """Every epoch metric, logged once: communication, the step aggregates, ``train/*``.
+
+        Called from the epoch's last batch, so callbacks' ``on_train_epoch_end`` (which Lightning
+        runs before the module's, e.g. the cost-to-target tracker) see this epoch's values."""
+        self._epoch_metrics_logged = True
         self.log_dict(self.communication_metrics(), on_step=False, on_epoch=True)
         for name, (total, weight, reduce) in self._epoch_aggregates.items():
             value = total if reduce == "max" else total / weight
@@ -417,8 +427,11 @@ class VFLModule(L.LightningModule):
 
     # ----------------------------------------------------------------- non-finite values
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        """Record the first round with a non-finite loss on the device (no host sync per step);
-        check it every ``log_every_n_steps`` server updates (and before every checkpoint)."""
+        """Log the epoch metrics after the epoch's last batch; record the first round with a
+        non-finite loss on the device (no host sync per step) and check it every
+        ``log_every_n_steps`` server updates (and before every checkpoint)."""
+        if self.trainer.is_last_batch:
+            self.log_epoch_metrics()
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
             if self._first_bad_round is None:
