@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import CONF_DIR, assert_same_training_state, stop_at
 
-from vfl_lightning.checkpoints import LastCheckpoint, atomic_torch_save
+from vfl_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint, atomic_torch_save
 from vfl_lightning.train import train
 
 ROOT = Path(CONF_DIR).parent
@@ -81,16 +81,37 @@ def test_interrupted_write_keeps_the_previous_file_and_leaves_no_temporary(tmp_p
     target = tmp_path / "last.ckpt"
     atomic_torch_save({"epoch": 1}, target)
 
-    def broken_save(obj, f):
-        f.write(b"partial bytes")
+    def broken_fsync(fd):  # the new bytes are written, the flush to disk fails
         raise OSError("disk full")
 
-    monkeypatch.setattr(torch, "save", broken_save)
+    monkeypatch.setattr(os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="disk full"):
         atomic_torch_save({"epoch": 2}, target)
     monkeypatch.undo()
     assert torch.load(target)["epoch"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_background_write_holds_the_state_of_the_save_call_and_reports_its_error(
+    tmp_path, monkeypatch
+):
+    io_plugin = AtomicCheckpointIO()
+    weight = torch.zeros(3)
+    io_plugin.save_checkpoint({"w": weight}, tmp_path / "a.ckpt")
+    weight.add_(1.0)  # training goes on while the file is written
+    io_plugin.wait()
+    assert torch.equal(torch.load(tmp_path / "a.ckpt")["w"], torch.zeros(3))
+
+    def broken_fsync(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    io_plugin.save_checkpoint({"w": weight}, tmp_path / "a.ckpt")
+    with pytest.raises(OSError, match="disk full"):
+        io_plugin.teardown()
+    monkeypatch.undo()
+    assert torch.equal(torch.load(tmp_path / "a.ckpt")["w"], torch.zeros(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ckpt"]
 
 
 def test_temporary_file_is_written_next_to_the_target(tmp_path, monkeypatch):

@@ -93,12 +93,13 @@ def test_segment_batches_take_the_same_positions_from_every_segment():
     assert sampler.segment_size == 34 and len(sampler) == 6
     seen = []
     for batch in sampler:
-        batch = torch.tensor(batch).reshape(3, 5)
+        assert batch.dtype == torch.int64
+        batch = batch.reshape(3, 5)
         assert torch.equal(batch - batch[0], torch.arange(3)[:, None].expand(3, 5) * 34)
         seen += batch[0].tolist()
     assert len(set(seen)) == 30 and max(seen) < 34
     sampler.set_epoch(1)
-    assert next(iter(sampler)) != next(iter(SegmentBatchSampler(103, 3, 5, seed=1)))
+    assert not torch.equal(next(iter(sampler)), next(iter(SegmentBatchSampler(103, 3, 5, seed=1))))
     with pytest.raises(
         ValueError, match="K=3 segments holds 2 samples, fewer than the per-segment batch 5"
     ):

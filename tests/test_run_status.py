@@ -131,10 +131,10 @@ def test_non_finite_check_names_the_first_bad_round(make_cfg):
     cfg = make_cfg("trainer.max_steps=3", "trainer.limit_val_batches=0")
     _, module, _ = fit(cfg)
     module.check_finite()
-    module._first_bad_round = torch.tensor(1)
+    module._first_bad_round = 1
     with pytest.raises(NonFiniteLoss, match="the training loss became non-finite at round 1"):
         module.check_finite()
-    module._first_bad_round = torch.tensor(-1)
+    module._first_bad_round = None
     with torch.no_grad():
         module.head.weight[0, 0] = math.inf
     with pytest.raises(NonFiniteLoss, match="a model parameter became non-finite at round 2"):

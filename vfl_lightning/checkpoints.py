@@ -1,10 +1,13 @@
 """Checkpoints that survive a crash: ``last.ckpt`` after every epoch (and optionally every n server
-updates), written atomically next to its target so a kill mid-write never leaves a corrupt file."""
+updates), written atomically next to its target so a kill mid-write never leaves a corrupt file;
+the file is written and flushed to disk by a background thread, so training does not wait for it."""
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +17,16 @@ from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
-def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save`` into a temporary file in ``path``'s own directory, flushed to disk, then
-    ``os.replace``d onto ``path``: a reader sees the old file or the complete new one, never a
+def atomic_write_bytes(data: bytes, path: str | os.PathLike) -> None:
+    """Write ``data`` into a temporary file in ``path``'s own directory, flush it to disk, then
+    ``os.replace`` it onto ``path``: a reader sees the old file or the complete new one, never a
     partial one (a temporary file on another filesystem would need a non-atomic copy)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(handle, "wb") as f:
-            torch.save(obj, f)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, target)
@@ -37,14 +40,65 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
         os.close(directory)
 
 
+def serialize(obj: Any) -> bytes:
+    """``torch.save`` of ``obj`` into memory: a snapshot of its tensors at this moment."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    """``torch.save`` of ``obj`` to ``path`` through :func:`atomic_write_bytes`."""
+    atomic_write_bytes(serialize(obj), path)
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's torch checkpoint IO for local paths, with :func:`atomic_torch_save` as writer
-    (Lightning's own writer stages the file in the system temp dir and copies it over)."""
+    """Lightning's torch checkpoint IO for local paths, written atomically in the background.
+
+    ``save_checkpoint`` serializes the checkpoint in the calling (training) thread, so the file
+    holds the state of that moment, and hands the bytes to one writer thread that runs
+    :func:`atomic_write_bytes` (write, fsync, rename, fsync of the directory) while training goes
+    on. One write is in flight at a time: the next save, a load, and ``teardown`` (the end of every
+    ``fit``/``test``, also after an error) wait for it and raise its error if it failed. A process
+    killed during a write keeps the previous file (Lightning's own writer stages the file in the
+    system temp dir and copies it over, which is not atomic).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO.save_checkpoint takes no storage_options")
-        atomic_torch_save(checkpoint, path)
+        data = serialize(checkpoint)
+        self.wait()
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+        self._pending = self._writer.submit(atomic_write_bytes, data, path)
+
+    def wait(self) -> None:
+        """Block until the write in flight (if any) is on disk; raise its error if it failed."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def load_checkpoint(self, *args: Any, **kwargs: Any) -> dict:
+        self.wait()
+        return super().load_checkpoint(*args, **kwargs)
+
+    def remove_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        self.wait()
+        super().remove_checkpoint(*args, **kwargs)
+
+    def teardown(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
+                self._writer = None
 
 
 class LastCheckpoint(Checkpoint):

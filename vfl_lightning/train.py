@@ -166,7 +166,13 @@ def _loggers(cfg: DictConfig) -> list:
 
 
 def _callbacks(cfg: DictConfig) -> list:
-    return [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+    """The configured callbacks; the progress bar only when ``trainer.enable_progress_bar``."""
+    from lightning.pytorch.callbacks import ProgressBar
+
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+    if not cfg.trainer.get("enable_progress_bar", True):
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    return callbacks
 
 
 def _scalar(value) -> float | int | str | None:

@@ -8,6 +8,8 @@ server update is one communication round, so ``trainer.max_steps`` = rounds.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable, Sequence
 
 import lightning as L
@@ -147,10 +149,12 @@ class VFLModule(L.LightningModule):
         )
         self._generators: dict[str, torch.Generator] = {}
         self._pending_generator_state: torch.Tensor | None = None
-        self._epoch_aggregates: dict[str, tuple[torch.Tensor, float, str]] = {}
+        self._epoch_aggregates: dict[str, tuple[list, list[float], str]] = {}
+        self._epoch_predictions: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._epoch_metrics_logged = False
         self.rows = RowShares()
-        self._first_bad_round: torch.Tensor | None = None
+        self._unchecked_losses: list[tuple[torch.Tensor, int]] = []
+        self._first_bad_round: int | None = None
         self.run_config: dict | None = None
         self.party_side: Parties = LocalParties(self)
 
@@ -218,7 +222,8 @@ class VFLModule(L.LightningModule):
     def on_before_optimizer_step(self, optimizer) -> None:
         """Only the server optimizer steps through Lightning (module docstring), so this runs
         before every server update: data-parallel ranks take rank 0's server gradient."""
-        self.rows.broadcast_gradients(self.server_parameters())
+        if self.rows.parallel:
+            self.rows.broadcast_gradients(self.server_parameters())
 
     @staticmethod
     def step_party(optimizer) -> None:
@@ -303,6 +308,16 @@ class VFLModule(L.LightningModule):
         self.mechanism.begin_evaluation("test", self.wire.ledger.rounds)
 
     # ----------------------------------------------------------------- forward
+    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
+        """A batch ``(xs, y, idx)`` already on ``device`` (the preloaded CPU data on a CPU run) is
+        used as it is; anything else moves as Lightning moves it."""
+        if isinstance(batch, tuple | list) and len(batch) == 3 and isinstance(batch[0], list):
+            xs, y, idx = batch
+            tensors = [*xs, y, idx]
+            if all(isinstance(t, torch.Tensor) and t.device == device for t in tensors):
+                return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Each party's embedding of its slice: h_m = party_m(x_m) (not the server's own slice).
 
@@ -355,32 +370,43 @@ class VFLModule(L.LightningModule):
         return every > 0 and (self.global_step % every == 0 or self.trainer.should_stop)
 
     def accumulate_epoch(self, name: str, value, weight: float = 1.0, reduce: str = "mean") -> None:
-        """Add ``value`` to the epoch aggregate ``name`` (weighted ``mean`` or ``max``) without a
-        host sync; :meth:`on_train_epoch_end` logs every aggregate once."""
+        """Record ``value`` (a 0-dim tensor or a number) for the epoch aggregate ``name``, the
+        ``weight``-ed ``mean`` or the ``max`` of the epoch's values. A step only appends (no
+        tensor operation, no host sync); :meth:`log_epoch_metrics` reduces and logs each
+        aggregate once."""
         if reduce not in ("mean", "max"):
             raise ValueError(f"reduce must be 'mean' or 'max', got {reduce!r}")
-        value = torch.as_tensor(value, dtype=torch.float32, device=self.device).detach()
         entry = self._epoch_aggregates.get(name)
-        if reduce == "max":
-            total = value if entry is None else torch.maximum(entry[0], value)
-            self._epoch_aggregates[name] = (total, 1.0, reduce)
+        if entry is None:
+            entry = self._epoch_aggregates[name] = ([], [], reduce)
+        elif entry[2] != reduce:
+            raise ValueError(f"epoch aggregate {name!r} is a {entry[2]}, not a {reduce}")
+        entry[0].append(value.detach() if isinstance(value, torch.Tensor) else value)
+        entry[1].append(float(weight))
+
+    def epoch_aggregate(self, name: str) -> torch.Tensor:
+        """The current value of the epoch aggregate ``name`` (weighted mean or max), 0-dim."""
+        values, weights, reduce = self._epoch_aggregates[name]
+        if all(isinstance(v, torch.Tensor) for v in values):
+            stacked = torch.stack([v.reshape(()) for v in values]).to(self.device, torch.float32)
         else:
-            weighted = value * weight
-            total, weights = (
-                (weighted, weight) if entry is None else (entry[0] + weighted, entry[1] + weight)
-            )
-            self._epoch_aggregates[name] = (total, weights, reduce)
+            stacked = torch.tensor([float(v) for v in values], device=self.device)
+        if reduce == "max":
+            return stacked.max()
+        weight = torch.tensor(weights, dtype=torch.float32, device=self.device)
+        return (stacked * weight).sum() / weight.sum()
 
     def log_train_step(self, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
         """``train/loss`` on logging steps only; the epoch means (``train/loss_epoch``,
-        ``train/*`` metrics, mechanism stats) are accumulated as tensors and logged once per epoch,
-        so a step costs no ``self.log`` call and no host sync between logging steps."""
+        ``train/*`` metrics, mechanism stats) are recorded as they are and logged once per
+        epoch, so a step costs no ``self.log`` call, no metric update and no host sync between
+        logging steps."""
         loss = loss.detach()
         if self.is_log_step():
             self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
         batch_size = int(y.shape[0])
         self.accumulate_epoch("train/loss_epoch", loss, batch_size)
-        self.train_metrics.update(self.scores(logits.detach()), y)
+        self._epoch_predictions.append((logits.detach(), y))
         for key, value in self.mechanism.stats.items():
             self.accumulate_epoch(key, value, batch_size)
 
@@ -398,6 +424,7 @@ class VFLModule(L.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self._epoch_aggregates.clear()
+        self._epoch_predictions.clear()
         self._epoch_metrics_logged = False
 
     def on_train_epoch_end(self) -> None:
@@ -411,11 +438,13 @@ class VFLModule(L.LightningModule):
         runs before the module's, e.g. the cost-to-target tracker) see this epoch's values."""
         self._epoch_metrics_logged = True
         self.log_dict(self.communication_metrics(), on_step=False, on_epoch=True)
-        for name, (total, weight, reduce) in self._epoch_aggregates.items():
-            value = total if reduce == "max" else total / weight
-            self.log(name, value, on_step=False, on_epoch=True)
+        for name in self._epoch_aggregates:
+            self.log(name, self.epoch_aggregate(name), on_step=False, on_epoch=True)
         self._epoch_aggregates.clear()
-        if any(metric.update_called for metric in self.train_metrics.values()):
+        if self._epoch_predictions:
+            logits, y = (torch.cat(part) for part in zip(*self._epoch_predictions, strict=True))
+            self._epoch_predictions.clear()
+            self.train_metrics.update(self.scores(logits), y)
             self.log_dict(self.train_metrics.compute(), on_step=False, on_epoch=True, prog_bar=True)
         self.train_metrics.reset()
 
@@ -427,27 +456,36 @@ class VFLModule(L.LightningModule):
 
     # ----------------------------------------------------------------- non-finite values
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        """Log the epoch metrics after the epoch's last batch; record the first round with a
-        non-finite loss on the device (no host sync per step) and check it every
+        """Log the epoch metrics after the epoch's last batch; keep each step's loss with its
+        round (no tensor operation, no host sync per step) and check them every
         ``log_every_n_steps`` server updates (and before every checkpoint)."""
-        if self.trainer.is_last_batch:
+        trainer = self.trainer
+        if trainer.is_last_batch:
             self.log_epoch_metrics()
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
-            if self._first_bad_round is None:
-                self._first_bad_round = torch.full((), -1, dtype=torch.int64, device=loss.device)
-            bad = ~torch.isfinite(loss.detach()).all() & (self._first_bad_round < 0)
-            self._first_bad_round = torch.where(
-                bad, self.wire.ledger.rounds - 1, self._first_bad_round
-            )
-        if self.trainer.global_step % max(1, self.trainer.log_every_n_steps) == 0:
+            self._unchecked_losses.append((loss.detach(), self.wire.ledger.rounds - 1))
+        if trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
             self.check_finite()
+
+    def first_bad_round(self) -> int | None:
+        """The first round whose training loss was non-finite (checking the losses kept since
+        the last check, one host sync), or None."""
+        if self._first_bad_round is None and self._unchecked_losses:
+            values = torch.cat([loss.reshape(-1) for loss, _ in self._unchecked_losses])
+            bad = ~torch.isfinite(values)
+            if bool(bad.any()):
+                ends = list(itertools.accumulate(loss.numel() for loss, _ in self._unchecked_losses))
+                entry = bisect.bisect_right(ends, int(bad.nonzero()[0, 0]))
+                self._first_bad_round = self._unchecked_losses[entry][1]
+            self._unchecked_losses.clear()
+        return self._first_bad_round
 
     def check_finite(self) -> None:
         """Raise :class:`NonFiniteLoss` naming the round if a loss or a parameter is non-finite."""
-        bad_round = -1 if self._first_bad_round is None else int(self._first_bad_round)
+        bad_round = self.first_bad_round()
         what = "the training loss"
-        if bad_round < 0:
+        if bad_round is None:
             finite = torch.stack([torch.isfinite(p).all() for p in self.parameters()]).all()
             if bool(finite):
                 return

@@ -23,7 +23,8 @@ STAGES = ("train", "val", "test")
 
 
 class PartyTensors(Dataset):
-    """One split held as per-party tensors; indexing with a list of indices returns a whole batch."""
+    """One split held as per-party tensors; indexing with a tensor (or list) of indices returns a
+    whole batch."""
 
     def __init__(self, xs: list[torch.Tensor], y: torch.Tensor) -> None:
         self.xs = xs
@@ -37,8 +38,14 @@ class PartyTensors(Dataset):
         return [x[idx] for x in self.xs], self.y[idx], idx
 
 
-class EpochBatchSampler(Sampler[list[int]]):
-    """Yields index batches; the order of epoch e is a function of (seed, e) alone.
+def as_is(batch):
+    """The loaders' collate function: a batch is already made by :class:`PartyTensors` (torch's
+    default would walk it element by element to convert what is already converted)."""
+    return batch
+
+
+class EpochBatchSampler(Sampler[torch.Tensor]):
+    """Yields index batches (int64 tensors); the order of epoch e is a function of (seed, e) alone.
 
     Lightning calls :meth:`set_epoch`, so a run resumed at epoch e sees the same batches as an
     uninterrupted one.
@@ -69,7 +76,7 @@ class EpochBatchSampler(Sampler[list[int]]):
         else:
             order = torch.arange(self.size)
         for start in range(0, len(self) * self.batch_size, self.batch_size):
-            yield order[start : start + self.batch_size].tolist()
+            yield order[start : start + self.batch_size]
 
 
 class VerticalDataModule(L.LightningDataModule):
@@ -230,7 +237,7 @@ class VerticalDataModule(L.LightningDataModule):
         )
         # the training loader keeps its position within the epoch for mid-epoch checkpoints
         loader = ResumableLoader if train else DataLoader
-        return loader(split, sampler=sampler, batch_size=None, num_workers=0)
+        return loader(split, sampler=sampler, batch_size=None, num_workers=0, collate_fn=as_is)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")

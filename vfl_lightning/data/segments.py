@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from vfl_lightning.data.datamodule import VerticalDataModule
+from vfl_lightning.data.datamodule import VerticalDataModule, as_is
 from vfl_lightning.data.resumable import ResumableLoader
 
 
@@ -22,7 +22,7 @@ def check_segments(size: int, segments: int, per_segment_batch: int) -> None:
         )
 
 
-class SegmentBatchSampler(Sampler[list[int]]):
+class SegmentBatchSampler(Sampler[torch.Tensor]):
     """Yields sample indices ``[k*S + j for k in 0..K-1 for j in positions]``, segment-major.
 
     ``S = size // K`` samples per segment (the last ``size % K`` samples are never used). Each
@@ -51,7 +51,7 @@ class SegmentBatchSampler(Sampler[list[int]]):
         offsets = torch.arange(self.segments)[:, None] * self.segment_size
         for start in range(0, len(self) * self.per_segment_batch, self.per_segment_batch):
             positions = order[start : start + self.per_segment_batch]
-            yield (offsets + positions[None, :]).reshape(-1).tolist()
+            yield (offsets + positions[None, :]).reshape(-1)
 
 
 class SegmentedDataModule(VerticalDataModule):
@@ -80,5 +80,5 @@ class SegmentedDataModule(VerticalDataModule):
             len(self.splits["train"]), self.segments, self.per_segment_batch, seed=self.seed
         )
         return ResumableLoader(
-            self.splits["train"], sampler=sampler, batch_size=None, num_workers=0
+            self.splits["train"], sampler=sampler, batch_size=None, num_workers=0, collate_fn=as_is
         )
