@@ -475,7 +475,9 @@ class VFLModule(L.LightningModule):
             values = torch.cat([loss.reshape(-1) for loss, _ in self._unchecked_losses])
             bad = ~torch.isfinite(values)
             if bool(bad.any()):
-                ends = list(itertools.accumulate(loss.numel() for loss, _ in self._unchecked_losses))
+                ends = list(
+                    itertools.accumulate(loss.numel() for loss, _ in self._unchecked_losses)
+                )
                 entry = bisect.bisect_right(ends, int(bad.nonzero()[0, 0]))
                 self._first_bad_round = self._unchecked_losses[entry][1]
             self._unchecked_losses.clear()
