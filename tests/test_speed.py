@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import lightning as L
 import pytest
 import torch
 from conftest import fit
@@ -217,3 +218,41 @@ def test_accumulate_epoch_rejects_unknown_reduction(make_cfg):
     _, module = build(make_cfg("algo=npq"))
     with pytest.raises(ValueError, match="reduce must be 'mean' or 'max', got 'sum'"):
         module.accumulate_epoch("x", 1.0, reduce="sum")
+
+
+class CountsServerSteps(L.Callback):
+    """Overrides a server hook, so the module must take Lightning's route (and call it)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.calls += 1
+
+
+@pytest.mark.parametrize("algo", ["npq", "fedbcd"])
+def test_plain_server_steps_equal_lightnings_route_bit_for_bit(make_cfg, algo):
+    """The server's backward and step without Lightning's dispatch give the same parameters and
+    global_step as ``manual_backward`` + ``LightningOptimizer.step``; a callback that overrides a
+    server hook switches the module to Lightning's route, and the hook runs at every update."""
+    from hydra.utils import instantiate
+
+    from vfl_lightning.train import build
+
+    cfg = make_cfg(f"algo={algo}", "trainer.max_epochs=1", "trainer.limit_train_batches=6")
+    finals, steps, routes = [], [], []
+    for callbacks in ([], [CountsServerSteps()]):
+        L.seed_everything(cfg.seed, workers=True)
+        datamodule, module = build(cfg)
+        trainer = instantiate(
+            cfg.trainer, logger=False, enable_checkpointing=False, callbacks=callbacks
+        )
+        trainer.fit(module, datamodule=datamodule)
+        finals.append([p.detach().clone() for p in module.parameters()])
+        steps.append(trainer.global_step)
+        routes.append(module._plain_server_steps)
+    assert routes == [True, False]
+    assert steps[0] == steps[1] > 0
+    assert callbacks[0].calls == steps[1]
+    for a, b in zip(*finals, strict=True):
+        assert torch.equal(a, b)

@@ -136,8 +136,8 @@ class FedBCD(SyncVFL):
         if anchors is not None:
             objective = loss + proximal_term(self.server_parameters(), anchors, self.mu)
         server_opt.zero_grad()
-        self.manual_backward(objective)
-        server_opt.step()
+        self.server_backward(objective)
+        self.step_server(server_opt)
         return loss, logits
 
     # ------------------------------------------------------------- rounds

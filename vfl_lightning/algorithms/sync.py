@@ -67,10 +67,10 @@ class SyncVFL(VFLModule):
         fused = self.mechanism.fuse(received).requires_grad_()
         loss, logits = self.server_loss(fused, xs, y)
         server_opt.zero_grad()
-        self.manual_backward(loss)
+        self.server_backward(loss)
         gradients = self.send_gradients(fused.grad)
         self.update_parties(gradients)
-        server_opt.step()
+        self.step_server(server_opt)
         self.wire.end_round()
         return ExchangeRound(loss, logits, fused.detach(), gradients)
 
