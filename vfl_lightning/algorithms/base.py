@@ -518,7 +518,8 @@ class VFLModule(L.LightningModule):
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         """Log the epoch metrics after the epoch's last batch; keep each step's loss with its
         round (no tensor operation, no host sync per step) and check them every
-        ``log_every_n_steps`` server updates (and before every checkpoint)."""
+        ``log_every_n_steps`` server updates (and, with the parameters, before every
+        checkpoint)."""
         trainer = self.trainer
         if trainer.is_last_batch:
             self.log_epoch_metrics()
@@ -526,7 +527,7 @@ class VFLModule(L.LightningModule):
         if isinstance(loss, torch.Tensor):
             self._unchecked_losses.append((loss.detach(), self.wire.ledger.rounds - 1))
         if trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
-            self.check_finite()
+            self.check_finite(parameters=False)
 
     def first_bad_round(self) -> int | None:
         """The first round whose training loss was non-finite (checking the losses kept since
@@ -543,11 +544,16 @@ class VFLModule(L.LightningModule):
             self._unchecked_losses.clear()
         return self._first_bad_round
 
-    def check_finite(self) -> None:
-        """Raise :class:`NonFiniteLoss` naming the round if a loss or a parameter is non-finite."""
+    def check_finite(self, parameters: bool = True) -> None:
+        """Raise :class:`NonFiniteLoss` naming the round if a loss or (``parameters``) a model
+        parameter is non-finite. The periodic check during training looks at the losses only (a
+        non-finite parameter makes the next loss non-finite); checkpoints and the end of training
+        check the parameters too."""
         bad_round = self.first_bad_round()
         what = "the training loss"
         if bad_round is None:
+            if not parameters:
+                return
             finite = torch.stack([torch.isfinite(p).all() for p in self.parameters()]).all()
             if bool(finite):
                 return
