@@ -144,7 +144,7 @@ class LastCheckpoint(Checkpoint):
         if position == self._saved_at:
             return
         self.last_model_path = str(self.path)
-        trainer.save_checkpoint(self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)
         self._saved_at = position
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
