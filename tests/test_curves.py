@@ -6,9 +6,11 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import CONF_DIR
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -187,3 +189,33 @@ def test_a_crashed_run_keeps_its_curve(make_cfg):
         trainer.fit(module, datamodule=datamodule)
     assert [row["epoch"] for row in read_curve(path)] == [1.0, 2.0]
     assert [p.name for p in path.parent.glob(".curve.csv.*")] == []
+
+
+def _canonical(requirement: str) -> str:
+    name, _, version = requirement.partition("==")
+    return f"{re.sub(r'[-_.]+', '-', name).lower()}=={version}"
+
+
+def test_installed_packages_lists_every_distribution_with_its_version():
+    import importlib.metadata
+
+    from vfl_lightning.loggers import installed_packages
+
+    listed = {_canonical(line) for line in installed_packages()}
+    for dist in importlib.metadata.distributions():
+        assert _canonical(f"{dist.metadata['Name']}=={dist.version}") in listed
+
+
+def test_offline_wandb_run_has_our_requirements_file(tmp_path, monkeypatch):
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    logger = WandbLogger(project="p", save_dir=str(tmp_path), offline=True)
+    assert logger._wandb_init["settings"]["x_save_requirements"] is False
+    try:
+        run = logger.experiment
+        lines = (Path(run.dir) / "requirements.txt").read_text().splitlines()
+    finally:
+        wandb.finish()
+    assert "torch==" + torch.__version__.split("+")[0] in {line.split("+")[0] for line in lines}
+    assert any(line.startswith("vfl_lightning==") for line in lines)
