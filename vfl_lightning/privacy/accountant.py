@@ -92,6 +92,7 @@ class PrivacyAccountant:
         self.mechanism_state = {"name": type(mechanism).__name__, **mechanism.state_dict()}
         self.samples_released = 0
         self.epoch_history: list[int] = []
+        self._spent: tuple[int, dict[str, float]] | None = None
 
     def record(self, batch_size: int) -> None:
         """One training step released the fused embeddings of ``batch_size`` samples."""
@@ -123,15 +124,19 @@ class PrivacyAccountant:
         return rdp_to_dp(orders=self.orders, rdp=self.rdp(level), delta=self.delta)
 
     def spent(self) -> dict[str, float]:
-        """Feature and sample ε at δ and the optimal α of the feature ε."""
-        feature_eps, feature_alpha = self.epsilon("feature")
-        sample_eps, sample_alpha = self.epsilon("sample")
-        return {
-            "feature_eps": feature_eps,
-            "sample_eps": sample_eps,
-            "alpha": feature_alpha,
-            "sample_alpha": sample_alpha,
-        }
+        """Feature and sample ε at δ and the optimal α of the feature ε (computed once per
+        count of released samples: the epoch's log, curve.csv and results.json ask for it)."""
+        if self._spent is None or self._spent[0] != self.samples_released:
+            feature_eps, feature_alpha = self.epsilon("feature")
+            sample_eps, sample_alpha = self.epsilon("sample")
+            values = {
+                "feature_eps": feature_eps,
+                "sample_eps": sample_eps,
+                "alpha": feature_alpha,
+                "sample_alpha": sample_alpha,
+            }
+            self._spent = (self.samples_released, values)
+        return dict(self._spent[1])
 
     def _identity(self) -> dict:
         return {
