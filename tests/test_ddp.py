@@ -119,8 +119,9 @@ def _fit_in_threads(make_cfg, world_size: int, *overrides: str):
     compose and the global seed are process-wide)."""
     import lightning as L
     from hydra.utils import instantiate
+    from lightning.pytorch.callbacks import Checkpoint
 
-    from vfl_lightning.train import build
+    from vfl_lightning.train import _callbacks, build
 
     cfg = make_cfg(*overrides)
     built = []
@@ -129,7 +130,9 @@ def _fit_in_threads(make_cfg, world_size: int, *overrides: str):
         built.append(build(cfg))
     trainers = []
     for _ in range(world_size):
-        callbacks = [instantiate(c) for k, c in cfg.callbacks.items() if k != "checkpoint"]
+        callbacks = [  # as train() builds them (no progress bar when it is disabled)
+            c for c in _callbacks(cfg) if not isinstance(c, Checkpoint)
+        ]
         trainers.append(
             instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=callbacks)
         )
