@@ -97,3 +97,12 @@ def test_empty_validation_split_is_allowed():
     assert len(dm.splits["val"]) == 0
     assert [x.shape[1] for x in dm.splits["val"].xs] == [15, 15]
     assert len(dm.val_dataloader()) == 0
+
+
+def test_batches_already_on_the_device_are_not_walked_again():
+    dm = VerticalDataModule(name="digits", num_parties=4, partition="quadrants", batch_size=8)
+    batch = next(iter(dm.train_dataloader()))
+    assert dm.transfer_batch_to_device(batch, torch.device("cpu"), 0) is batch
+    moved = dm.transfer_batch_to_device(batch, torch.device("meta"), 0)
+    xs, y, idx = moved
+    assert all(x.device.type == "meta" for x in xs) and y.is_meta and idx.is_meta

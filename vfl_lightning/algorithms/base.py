@@ -368,16 +368,6 @@ class VFLModule(L.LightningModule):
         self.mechanism.begin_evaluation("test", self.wire.ledger.rounds)
 
     # ----------------------------------------------------------------- forward
-    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
-        """A batch ``(xs, y, idx)`` already on ``device`` (the preloaded CPU data on a CPU run) is
-        used as it is; anything else moves as Lightning moves it."""
-        if isinstance(batch, tuple | list) and len(batch) == 3 and isinstance(batch[0], list):
-            xs, y, idx = batch
-            tensors = [*xs, y, idx]
-            if all(isinstance(t, torch.Tensor) and t.device == device for t in tensors):
-                return batch
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
-
     def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Each party's embedding of its slice: h_m = party_m(x_m) (not the server's own slice).
 

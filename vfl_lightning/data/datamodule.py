@@ -239,6 +239,14 @@ class VerticalDataModule(L.LightningDataModule):
         loader = ResumableLoader if train else DataLoader
         return loader(split, sampler=sampler, batch_size=None, num_workers=0, collate_fn=as_is)
 
+    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
+        """A batch ``(xs, y, idx)`` already on ``device`` (the preloaded CPU data of a CPU run) is
+        used as it is (Lightning would walk it element by element); others move as Lightning's."""
+        xs, y, idx = batch
+        if y.device == device and idx.device == device and all(x.device == device for x in xs):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")
 
