@@ -12,8 +12,15 @@ from conftest import fit
 from lightning.pytorch.loggers import Logger
 
 from vfl_lightning.algorithms.party_steps import step_together, zero_together
-from vfl_lightning.models import CNNEncoder, MLPEncoder
-from vfl_lightning.models.batched import GroupedParties, groupable
+from vfl_lightning.algorithms.zoo import (
+    double_parameters,
+    evaluate_at,
+    flat_parameters,
+    perturbed_outputs,
+    unflatten_parameters,
+)
+from vfl_lightning.models import CNNEncoder, LinearHead, MLPEncoder, MLPHead
+from vfl_lightning.models.batched import GroupedParties, groupable, linear_chain
 
 
 def _parties(count, shape=(7,), **kwargs):
@@ -57,6 +64,40 @@ def test_only_homogeneous_fully_connected_parties_are_grouped():
     assert not groupable([CNNEncoder((1, 4, 4)), CNNEncoder((1, 4, 4))])
     with pytest.raises(ValueError, match="MLPEncoder parties of one architecture"):
         GroupedParties([CNNEncoder((1, 4, 4)), CNNEncoder((1, 4, 4))])
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        MLPEncoder((2, 3), embedding_dim=5, hidden=[4], output_activation="tanh"),
+        MLPEncoder((6,), embedding_dim=5, hidden=[], bias=False),
+        MLPHead(6, 3, hidden=[8, 4]),
+        LinearHead(6, 3),
+        CNNEncoder((1, 4, 4), embedding_dim=5),
+    ],
+    ids=["mlp", "linear-party", "mlp-head", "linear-head", "cnn"],
+)
+def test_zoo_queries_without_vmap_equal_functional_call(model):
+    """The K perturbed evaluations of a zeroth-order query (one batched product per layer for
+    fully connected models) and the server's evaluation at float64 parameters equal
+    ``torch.func.functional_call`` at each parameter set (float64, up to summation order)."""
+    generator = torch.Generator().manual_seed(3)
+    shape = getattr(model, "input_shape", (6,))
+    x = torch.randn(7, *shape, generator=generator)
+    w = flat_parameters(model)
+    weights = torch.stack([w, w + 1e-3 * torch.randn(w.shape, generator=generator, dtype=w.dtype)])
+    got = perturbed_outputs(model, weights, x)
+    for k in range(2):
+        expected = torch.func.functional_call(
+            model, unflatten_parameters(model, weights[k]), (x.double(),)
+        )
+        torch.testing.assert_close(got[k], expected, rtol=1e-12, atol=1e-12)
+    if isinstance(model, LinearHead | MLPHead):  # the server's heads: inputs (K, B, F)
+        stacked_input = x.double().expand(3, *x.shape)
+        expected = torch.func.functional_call(model, double_parameters(model), (stacked_input,))
+        got = evaluate_at(model, double_parameters(model), stacked_input)
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert (linear_chain(model) is None) == isinstance(model, CNNEncoder)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch.func import functional_call
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.staleness import ClientActivation, EmbeddingTable
@@ -15,12 +14,13 @@ from vfl_lightning.algorithms.zoo import (
     ZooQuery,
     batch_losses,
     check_zoo_options,
+    double_parameters,
+    evaluate_at,
     flat_parameters,
     perturbed_outputs,
     sample_directions,
     set_gradient,
     two_point_estimate,
-    unflatten_parameters,
 )
 from vfl_lightning.mechanisms.plain import Plain
 from vfl_lightning.wire.ledger import DOWNLINK, UPLINK
@@ -215,7 +215,7 @@ class HybridVFL(VFLModule):
         inputs = [column.double().expand(len(candidates), *column.shape) for column in columns]
         inputs[m] = candidates
         with torch.no_grad():
-            logits = functional_call(self.head, head_parameters, (self.mechanism.fuse(inputs),))
+            logits = evaluate_at(self.head, head_parameters, self.mechanism.fuse(inputs))
         return batch_losses(logits, y)
 
     def zoo_server_gradient(self, columns, y, generator):
@@ -308,7 +308,7 @@ class HybridVFL(VFLModule):
         """Step 2: [h, h_hat_1..h_hat_q] for each ZOO query, from the head before its update."""
         received: dict[int, torch.Tensor] = {}
         if queries:
-            head_parameters = unflatten_parameters(self.head, flat_parameters(self.head))
+            head_parameters = double_parameters(self.head)
             for m, query in queries.items():
                 losses = self.query_losses(columns, m, query, y, head_parameters)
                 received[m] = self.wire.send(
@@ -327,12 +327,12 @@ class HybridVFL(VFLModule):
                 inputs[m] = inputs[m].requires_grad_()
             logits = self.head(self.mechanism.fuse(inputs))
             loss = self.loss_fn(logits, y)
-            self.manual_backward(loss)
+            self.server_backward(loss)
             for m in outputs:
                 received[m] = self.wire.send(DOWNLINK, m, inputs[m].grad, kind="gradient")
         else:
             loss, logits = self.zoo_server_gradient(columns, y, self.generator("train"))
-        server_opt.step()
+        self.step_server(server_opt)
         return loss, logits
 
     def update_clients(self, active, queries, outputs, received) -> None:

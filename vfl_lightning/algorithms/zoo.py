@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from vfl_lightning.models.batched import chain_forward, linear_chain
+
 DIRECTIONS = ("gaussian", "sphere")
 ZOO_SPACES = ("params", "output")
 
@@ -106,16 +108,50 @@ class ZooQuery:
     output: torch.Tensor | None
 
 
+def stacked_parameters(module: nn.Module, flat_weights: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Split K flat vectors (K, d) into ``{name: (K, *shape)}`` like the module's parameters."""
+    named = list(module.named_parameters())
+    pieces = torch.split(flat_weights, [p.numel() for _, p in named], dim=1)
+    return {
+        name: piece.reshape(len(flat_weights), *p.shape)
+        for (name, p), piece in zip(named, pieces, strict=True)
+    }
+
+
 def perturbed_outputs(
     model: nn.Module, flat_weights: torch.Tensor, x: torch.Tensor
 ) -> torch.Tensor:
-    """``model`` evaluated in float64 at each row of ``flat_weights``, shape (K, B, ...)."""
+    """``model`` evaluated in float64 at each row of ``flat_weights``, shape (K, B, ...).
+
+    Fully connected models (:func:`~vfl_lightning.models.batched.linear_chain`) run as one batched
+    matrix product per layer over the K parameter sets; any other model through
+    ``torch.func.vmap`` of ``functional_call``.
+    """
     x64 = x.double()
+    chain = linear_chain(model)
+    if chain is not None:
+        return chain_forward(chain, stacked_parameters(model, flat_weights), x64)
 
     def evaluate(w):
         return functional_call(model, unflatten_parameters(model, w), (x64,))
 
     return torch.func.vmap(evaluate)(flat_weights)
+
+
+def evaluate_at(
+    model: nn.Module, parameters: dict[str, torch.Tensor], x: torch.Tensor
+) -> torch.Tensor:
+    """``model(x)`` with ``parameters`` (by name) in place of its own: ``functional_call``, or the
+    same computation without its module traversal for fully connected models."""
+    chain = linear_chain(model)
+    if chain is not None:
+        return chain_forward(chain, parameters, x)
+    return functional_call(model, parameters, (x,))
+
+
+def double_parameters(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The module's parameters as detached float64 copies, by name."""
+    return {name: p.detach().double() for name, p in module.named_parameters()}
 
 
 def batch_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

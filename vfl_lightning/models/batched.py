@@ -1,11 +1,14 @@
-"""Homogeneous parties as one grouped computation: M fully connected party encoders of the same
-architecture evaluated with batched matrix products instead of a Python loop over parties."""
+"""Fully connected models evaluated at several parameter sets at once: M homogeneous party
+encoders as one grouped computation (:class:`GroupedParties`), or one model at K perturbed
+parameter vectors (:func:`chain_forward`, the zeroth-order queries), with batched matrix products
+instead of a Python loop."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vfl_lightning.models.encoders import MLPEncoder
@@ -19,6 +22,58 @@ def _layer_signature(layer: nn.Module) -> tuple:
     if isinstance(layer, (nn.Flatten, *ELEMENTWISE)):
         return (type(layer),)
     return (None,)
+
+
+def linear_chain(module: nn.Module) -> list[tuple[str, nn.Module]] | None:
+    """``module`` as the chain of layers it computes, ``[(parameter prefix, layer)]``: an
+    :class:`MLPEncoder` (its ``net``), a plain ``nn.Sequential`` (e.g. ``MLPHead``) or one
+    ``nn.Linear``, made of Linear and elementwise layers (a Flatten only first); else None."""
+    if isinstance(module, nn.Linear):
+        return [("", module)]
+    if type(module) is MLPEncoder:
+        layers = [(f"net.{i}.", layer) for i, layer in enumerate(module.net)]
+    elif isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward:
+        layers = [(f"{i}.", layer) for i, layer in enumerate(module)]
+    else:
+        return None
+    for position, (_, layer) in enumerate(layers):
+        flatten_first = isinstance(layer, nn.Flatten) and position == 0 and layer.start_dim == 1
+        if not (isinstance(layer, (nn.Linear, *ELEMENTWISE)) or flatten_first):
+            return None
+    return layers
+
+
+def chain_forward(
+    chain: Sequence[tuple[str, nn.Module]], parameters: dict[str, torch.Tensor], x: torch.Tensor
+) -> torch.Tensor:
+    """The chain (:func:`linear_chain`) with its parameters taken from ``parameters`` (by name)
+    instead of the layers' own.
+
+    Stacked parameters, shape ``(K, *shape)``, evaluate K models at once: ``x`` of shape
+    ``(B, ...)`` is shared by all K, and the result has shape ``(K, B, out)``; each linear layer is
+    one batched matrix product. Unstacked parameters act like ``torch.func.functional_call`` (any
+    leading dimensions of ``x`` broadcast).
+    """
+    hidden = x
+    for prefix, layer in chain:
+        if isinstance(layer, nn.Flatten):
+            hidden = hidden.reshape(hidden.shape[0], -1)
+        elif isinstance(layer, nn.Linear):
+            weight = parameters[f"{prefix}weight"]
+            bias = parameters.get(f"{prefix}bias")
+            if weight.dim() == 2:
+                hidden = F.linear(hidden, weight, bias)
+                continue
+            if hidden.dim() == 2:
+                hidden = hidden.expand(weight.shape[0], *hidden.shape)
+            weight = weight.transpose(1, 2)
+            if bias is None:
+                hidden = torch.bmm(hidden, weight)
+            else:
+                hidden = torch.baddbmm(bias.unsqueeze(1), hidden, weight)
+        else:
+            hidden = layer(hidden)
+    return hidden
 
 
 def groupable(parties: Sequence[nn.Module]) -> bool:
@@ -52,29 +107,28 @@ class GroupedParties:
         self._collect()
 
     def _collect(self) -> None:
-        """Per layer: (layer, the M weights, the M biases or None); parameters by reference."""
-        self.layers = []
-        for index, layer in enumerate(self.parties[0].net):
+        """The first party's chain without its Flatten, and per linear layer the M parties'
+        parameters (by reference) under that layer's names."""
+        chain = linear_chain(self.parties[0])
+        self.chain = [
+            (prefix, layer) for prefix, layer in chain if not isinstance(layer, nn.Flatten)
+        ]
+        self.members: dict[str, list[torch.Tensor]] = {}
+        for prefix, layer in self.chain:
             if isinstance(layer, nn.Linear):
-                weights = [p.net[index].weight for p in self.parties]
-                biases = None if layer.bias is None else [p.net[index].bias for p in self.parties]
-                self.layers.append((layer, weights, biases))
-            elif not isinstance(layer, nn.Flatten):
-                self.layers.append((layer, None, None))
-        self._first = next(w for _, w, _ in self.layers if w is not None)[0]
+                names = ["weight"] if layer.bias is None else ["weight", "bias"]
+                for name in names:
+                    self.members[prefix + name] = [
+                        p.get_parameter(prefix + name) for p in self.parties
+                    ]
+        self._first_linear = next(layer for _, layer in self.chain if isinstance(layer, nn.Linear))
+        self._first = self._first_linear.weight
 
     def __call__(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
-        first_linear = next(layer for layer, w, _ in self.layers if w is not None)
-        if first_linear.weight is not self._first:  # parameters replaced (e.g. moved): re-collect
+        if (
+            self._first_linear.weight is not self._first
+        ):  # parameters replaced (e.g. moved): re-collect
             self._collect()
         hidden = torch.stack([x.reshape(x.shape[0], -1) for x in xs])
-        for layer, weights, biases in self.layers:
-            if weights is None:
-                hidden = layer(hidden)
-                continue
-            weight = torch.stack(weights).transpose(1, 2)
-            if biases is None:
-                hidden = torch.bmm(hidden, weight)
-            else:
-                hidden = torch.baddbmm(torch.stack(biases).unsqueeze(1), hidden, weight)
-        return hidden
+        stacked = {name: torch.stack(members) for name, members in self.members.items()}
+        return chain_forward(self.chain, stacked, hidden)
