@@ -4,11 +4,25 @@ progress bar) against the same party models + head trained as one model in a pla
 For each protocol, in one process and alternating, it times ``train(cfg)`` (fit, one validation
 pass per epoch, test) and a plain loop over the same batches, epochs and validation/test passes
 with the same modules (deep copies, fused as the protocol fuses, one optimizer of the same kind).
-The ratio is run_s / central_s; medians over ``--repeats``. Once per process, and outside the
-ratio: the interpreter start-up with the library imported, and W&B's first ``init`` (its service
-start). Then one cProfile of each run, top entries by own time and by cumulative time.
+The ratio is run_s / central_s; medians over ``--repeats``. Beside the wall-clock ratio it
+reports:
 
-    python bench/time_to_result.py --algos npq pbm cascade fedvs --epochs 10 --json out.json
+- ``cpu_ratio``: the same ratio in CPU seconds of this process (all its threads), which a machine
+  shared with other jobs disturbs much less than wall time (W&B's service process is not in it);
+- ``floor_s`` / ``floor_ratio``: the central model trained through a bare Lightning loop (a
+  manual-optimization module whose ``training_step`` is the central step, no logger, no callbacks)
+  on the same batches and evaluations: the part of a run's cost that Lightning's per-batch loop
+  imposes before any protocol runs;
+- ``per_update_ratio``: run_s over a central loop that makes as many optimizer updates as the run
+  made server updates (``global_step``), each batch stepped that many times in a row. It differs
+  from ``ratio`` only where one batch is several server updates (cascade's client passes: an epoch
+  is M server iterations per batch).
+
+Once per process, and outside the ratios: the interpreter start-up with the library imported,
+and W&B's first ``init`` (its service start). Then one cProfile of each run, top entries by own
+time and by cumulative time.
+
+    python bench/time_to_result.py --algos npq pbm cascade fedvs --json out.json
 
 Workloads: digits defaults (npq, pbm), ``experiment=cascade_digits`` (cascade),
 ``experiment=fedvs_digits`` (fedvs; central = the same PN parties + head, plain mean).
@@ -90,15 +104,49 @@ def run_config(algo: str, output_dir: Path, epochs: int | None, extra=()) -> Dic
     return cfg
 
 
-def central_loop(cfg: DictConfig, batches: int) -> float:
-    """Seconds for ``batches`` training steps of the centralized model (epoch by epoch on the
-    run's own data loaders), a validation pass after each epoch and a test pass at the end."""
+class CentralInLightning(L.LightningModule):
+    """The central model trained by Lightning: ``training_step`` is the plain loop's step."""
+
+    def __init__(self, model: nn.Module, optimizer) -> None:
+        super().__init__()
+        self.model = model
+        self.optimizer_factory = optimizer
+        self.automatic_optimization = False
+
+    def configure_optimizers(self):
+        return self.optimizer_factory(self.model.parameters())
+
+    def training_step(self, batch, batch_idx):
+        xs, y, _ = batch
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(self.model(xs), y)
+        self.manual_backward(loss)
+        optimizer.step()
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        xs, y, _ = batch
+        return (self.model(xs).argmax(-1) == y).sum()
+
+    test_step = validation_step
+
+
+def central_model(cfg: DictConfig):
+    """(datamodule, the run's initial party modules + head as one model, its optimizer)."""
     L.seed_everything(cfg.seed, workers=True)
     datamodule, module = build(cfg)
     model = Centralized(
         copy.deepcopy(module.parties), copy.deepcopy(module.head), module.mechanism.fusion
     )
-    optimizer = instantiate(cfg.optimizer)(model.parameters())
+    return datamodule, model, instantiate(cfg.optimizer)(model.parameters())
+
+
+def central_loop(cfg: DictConfig, batches: int, updates_per_batch: int = 1) -> tuple[float, float]:
+    """(wall s, CPU s) for ``batches`` training batches of the centralized model (epoch by epoch
+    on the run's own data loaders, ``updates_per_batch`` optimizer steps on each), a validation
+    pass after each epoch and a test pass at the end."""
+    datamodule, model, optimizer = central_model(cfg)
 
     def evaluate(loader) -> float:
         model.eval()
@@ -109,18 +157,19 @@ def central_loop(cfg: DictConfig, batches: int) -> float:
         model.train()
         return correct.item()
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     done, epoch = 0, 0
     while done < batches:
         loader = datamodule.train_dataloader()
         loader.sampler.set_epoch(epoch)
         epoch_loss = torch.zeros(())
         for xs, y, _ in loader:
-            optimizer.zero_grad()
-            loss = nn.functional.cross_entropy(model(xs), y)
-            loss.backward()
-            optimizer.step()
-            epoch_loss += loss.detach()
+            for _ in range(updates_per_batch):
+                optimizer.zero_grad()
+                loss = nn.functional.cross_entropy(model(xs), y)
+                loss.backward()
+                optimizer.step()
+                epoch_loss += loss.detach()
             done += 1
             if done == batches:
                 break
@@ -128,15 +177,37 @@ def central_loop(cfg: DictConfig, batches: int) -> float:
         evaluate(datamodule.val_dataloader())
         epoch += 1
     evaluate(datamodule.test_dataloader())
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+def lightning_floor(cfg: DictConfig, batches: int) -> float:
+    """Wall s of the central model trained by a bare Lightning loop (no logger, no callbacks, no
+    sanity check) for ``batches`` batches with a validation per epoch and a test pass."""
+    datamodule, model, _ = central_model(cfg)
+    module = CentralInLightning(model, instantiate(cfg.optimizer))
+    trainer = L.Trainer(
+        max_steps=batches,
+        max_epochs=-1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule)
+    trainer.test(module, datamodule=datamodule, verbose=False)
     return time.perf_counter() - start
 
 
-def timed_run(cfg: DictConfig) -> tuple[float, int]:
-    """(seconds of ``train(cfg)``, training batches it processed)."""
-    start = time.perf_counter()
-    train(cfg)
-    seconds = time.perf_counter() - start
-    return seconds, COUNTERS[-1].batches
+def timed_run(cfg: DictConfig) -> tuple[float, float, int, int]:
+    """(wall s, CPU s of ``train(cfg)``, training batches it processed, server updates)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    results = train(cfg)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return seconds, cpu, COUNTERS[-1].batches, int(results["global_step"])
 
 
 def interpreter_start_s() -> float:
@@ -219,20 +290,33 @@ def main() -> None:
     for algo in args.algos:
         # warm-up: one short run, so one-time costs (imports, first compiles) stay outside
         train(run_config(algo, workdir / f"{algo}-warmup", 1))
-        runs, centrals, ratios = [], [], []
+        rows = []
         for repeat in range(args.repeats):
             cfg = run_config(algo, workdir / f"{algo}-{repeat}", args.epochs)
-            run_s, batches = timed_run(cfg)
-            central_s = central_loop(cfg, batches)
-            runs.append(run_s)
-            centrals.append(central_s)
-            ratios.append(run_s / central_s)
-        results[algo] = {
-            "run_s": statistics.median(runs),
-            "central_s": statistics.median(centrals),
-            "ratio": statistics.median(ratios),
+            run_s, run_cpu, batches, updates = timed_run(cfg)
+            central_s, central_cpu = central_loop(cfg, batches)
+            per_batch = max(1, round(updates / batches))
+            central_updates_s = (
+                central_loop(cfg, batches, per_batch)[0] if per_batch > 1 else central_s
+            )
+            floor_s = lightning_floor(cfg, batches)
+            rows.append(
+                {
+                    "run_s": run_s,
+                    "central_s": central_s,
+                    "ratio": run_s / central_s,
+                    "cpu_ratio": run_cpu / central_cpu,
+                    "floor_s": floor_s,
+                    "floor_ratio": floor_s / central_s,
+                    "central_updates_s": central_updates_s,
+                    "per_update_ratio": run_s / central_updates_s,
+                }
+            )
+        results[algo] = {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+        results[algo] |= {
             "batches": batches,
-            "ratios": ratios,
+            "server_updates": updates,
+            "ratios": [row["ratio"] for row in rows],
             "interpreter_s": interpreter,
             "wandb_first_init_s": wandb_init,
         }
@@ -242,13 +326,18 @@ def main() -> None:
         print(f"{algo}: done ({batches} batches per run)", flush=True)
     for algo, text in profiles.items():
         print(f"\n=== profile: {algo} ===\n{text}")
-    print(f"\n| {'algo':8} | {'run s':>7} | {'central s':>9} | {'ratio':>6} | ratios |")
-    print("|----------|---------|-----------|--------|--------|")
+    header = (
+        "| algo | batches | server updates | run s | central s | **ratio** | CPU ratio | "
+        "Lightning floor ratio | per-update ratio | ratios |"
+    )
+    print("\n" + header)
+    print("|" + "---|" * (header.count("|") - 1))
     for algo, row in results.items():
         each = " ".join(f"{r:.2f}" for r in row["ratios"])
         print(
-            f"| {algo:8} | {row['run_s']:>7.2f} | {row['central_s']:>9.3f} | "
-            f"{row['ratio']:>6.2f} | {each} |"
+            f"| {algo} | {row['batches']} | {row['server_updates']} | {row['run_s']:.2f} | "
+            f"{row['central_s']:.3f} | **{row['ratio']:.2f}** | {row['cpu_ratio']:.2f} | "
+            f"{row['floor_ratio']:.2f} | {row['per_update_ratio']:.2f} | {each} |"
         )
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2, sort_keys=True))
