@@ -8,7 +8,13 @@ last row times the same modules trained as one centralized model (plain loop, on
 M parties with a fixed hidden width are a larger model at larger M, and that row shows how much
 of the step growth is compute.
 
+By default every party has the configured hidden width (``party.hidden=[64]``), so M = 28 is a
+7x wider hidden layer than M = 4. ``--total-hidden H`` gives each party H / M hidden units
+instead: the same model size at every M, so the ratio shows what many parties cost beyond
+compute.
+
     python bench/party_scaling.py                      # npq, M = 4 and 28, 784 features, batch 32
+    python bench/party_scaling.py --total-hidden 224   # 56 hidden units per party at M = 4, 8 at 28
     python bench/party_scaling.py --algo pbm --parties 4 28 --rounds 3
 """
 
@@ -86,6 +92,7 @@ def measure(args, parties: int, grouped: bool | None, out: Path) -> tuple[float,
         "trainer.limit_val_batches=0",
         f"+algo.batch_parties={str(bool(grouped)).lower()}",
         "test=false",
+        *([f"party.hidden=[{args.total_hidden // parties}]"] if args.total_hidden else []),
     )
     L.seed_everything(0)
     datamodule, module = build(cfg)
@@ -100,9 +107,9 @@ def measure(args, parties: int, grouped: bool | None, out: Path) -> tuple[float,
     protocol_s: list[float] = []
     protocol_step = module.protocol_step
 
-    def timed(xs, y):
+    def timed(*batch):
         start = time.perf_counter()
-        result = protocol_step(xs, y)
+        result = protocol_step(*batch)
         protocol_s.append(time.perf_counter() - start)
         return result
 
@@ -128,12 +135,22 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--total-hidden",
+        type=int,
+        default=None,
+        help="hidden units summed over the parties (each gets total / M); default: party config",
+    )
     parser.add_argument("--out", type=Path, default=Path("/tmp/vfl_party_scaling"))
     args = parser.parse_args()
     small, large = args.parties
     for m in args.parties:
         if m < 1 or args.features % m:
             parser.error(f"--parties values must divide --features={args.features}, got {m}")
+        if args.total_hidden is not None and (args.total_hidden < m or args.total_hidden % m):
+            parser.error(
+                f"--parties values must divide --total-hidden={args.total_hidden}, got {m}"
+            )
     torch.set_num_threads(args.threads)
     times: dict[tuple[int, bool], list[tuple[float, float]]] = {}
     for _ in range(args.rounds):
@@ -142,7 +159,12 @@ def main() -> None:
                 times.setdefault((m, grouped), []).append(measure(args, m, grouped, args.out))
     print(
         f"{args.algo}, {args.features} features split over M parties, batch {args.batch}, "
-        f"{torch.get_num_threads()} thread(s), medians of {args.rounds} rounds x {args.steps} steps"
+        f"{torch.get_num_threads()} thread(s), medians of {args.rounds} rounds x {args.steps} steps, "
+        + (
+            f"{args.total_hidden} hidden units in all (total / M per party)"
+            if args.total_hidden
+            else "the party config's hidden width per party"
+        )
     )
     print(
         f"| parties | M={small} protocol ms | M={large} protocol ms | ratio | "
