@@ -3,6 +3,8 @@ the trainer's progress bar is off."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from vfl_lightning.progress import ProgressBar
@@ -34,3 +36,53 @@ def test_progress_bar_follows_enable_progress_bar(make_cfg):
     off = _callbacks(make_cfg("trainer.enable_progress_bar=false"))
     assert sum(isinstance(c, ProgressBar) for c in on) == 1
     assert not any(isinstance(c, ProgressBar) for c in off)
+
+
+class _Stdout:
+    """A stand-in for ``sys.stdout`` (W&B's console capture patches its ``write``) that records
+    the writes made through it; ``fileno`` from ``target`` when given."""
+
+    encoding = "utf-8"
+
+    def __init__(self, target=None) -> None:
+        self.target = target
+        self.written: list[str] = []
+
+    def fileno(self) -> int:
+        if self.target is None:
+            raise OSError("no file descriptor")
+        return self.target.fileno()
+
+    def write(self, text: str) -> int:
+        self.written.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _draw_one_bar() -> None:
+    bar = ProgressBar()
+    tqdm_bar = bar.init_train_tqdm()
+    tqdm_bar.total = 3
+    tqdm_bar.update(3)
+    tqdm_bar.close()
+    bar.teardown(None, None, "fit")
+
+
+def test_bar_frames_reach_the_terminal_without_going_through_sys_stdout_write(
+    tmp_path, monkeypatch
+):
+    with open(tmp_path / "terminal.txt", "w") as target:
+        stdout = _Stdout(target)
+        monkeypatch.setattr(sys, "stdout", stdout)
+        _draw_one_bar()
+    assert stdout.written == []
+    assert "3/3" in (tmp_path / "terminal.txt").read_text()
+
+
+def test_bar_falls_back_to_sys_stdout_without_a_file_descriptor(monkeypatch):
+    stdout = _Stdout()
+    monkeypatch.setattr(sys, "stdout", stdout)
+    _draw_one_bar()
+    assert "3/3" in "".join(stdout.written)
