@@ -15,6 +15,7 @@ import torch
 from conftest import compose_config
 
 from vfl_lightning.errors import ConfigError, PartyLost
+from vfl_lightning.mechanisms.analytic_gaussian import privatize_embedding
 from vfl_lightning.mechanisms.field import field_matmul, quantize
 from vfl_lightning.models.pn import PolynomialNetwork
 from vfl_lightning.train import attach_ray_parties, build, train
@@ -157,16 +158,6 @@ def test_time_scale_must_be_a_positive_number(make_cfg, value):
     )
 
 
-def test_wait_dp_is_refused_under_ray_in_one_line(make_cfg):
-    _, module = build(make_cfg("experiment=fedvs_digits", "algo=fedvs_wait_dp", "runtime=ray"))
-    with pytest.raises(ConfigError) as error:
-        module.ray_parties({}, time_scale=0.01)
-    assert str(error.value) == (
-        "algo=fedvs_wait_dp (strategy 'wait_dp') does not run in the Ray runtime; runtime=ray "
-        "runs the FedVS strategies ('fedvs', 'wait', 'ignore'): use runtime=local"
-    )
-
-
 # ----------------------------------------------------------------- slow: whole runs
 def last(cfg) -> Path:
     return Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
@@ -199,19 +190,47 @@ def test_dead_actor_then_resume_equals_the_straight_run(make_cfg, ray_session):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["fedvs_wait", "fedvs_ignore"])
+@pytest.mark.parametrize("algo", ["fedvs_wait", "fedvs_ignore", "fedvs_wait_dp"])
 def test_baselines_under_ray_keep_the_local_clock_and_uplink_what_arrived(
     make_cfg, ray_session, algo
 ):
-    common = [*FOUR_CLIENTS, f"algo={algo}", "trainer.max_steps=4", "trainer.limit_val_batches=1"]
+    common = [*FOUR_CLIENTS, f"algo={algo}", "trainer.max_epochs=1"]
+    common += ["trainer.limit_train_batches=4", "trainer.limit_val_batches=1"]
     remote = train(make_cfg(*common, "runtime=ray"))
     local = train(make_cfg(*common))
     assert remote["time/simulated_s"] == local["time/simulated_s"]
-    assert math.isfinite(remote["train/loss_epoch"])
+    assert math.isfinite(remote["train/loss_epoch"]) and 0 <= remote["val/acc"] <= 1
     per_round = 64 * 16 * 4 / 1e6  # one float32 embedding of a batch, in MB
     if algo == "fedvs_wait":
         # every client, every round: the same plain float32 arithmetic as the local runtime
         assert remote["comm/uplink_mb"] == local["comm/uplink_mb"] == 4 * 4 * per_round
         assert remote["model_digest"] == local["model_digest"]
-    else:
+    elif algo == "fedvs_ignore":
         assert 4 * per_round <= remote["comm/uplink_mb"] <= 4 * 4 * per_round
+    else:
+        assert remote["comm/uplink_mb"] == local["comm/uplink_mb"] == 4 * 4 * per_round
+        assert remote["fedvs/dp_sigma"] == local["fedvs/dp_sigma"] > 1
+        # the clients add the noise and never send the clean embedding: no acc_clean under Ray
+        assert "val/acc_clean" in local and "val/acc_clean" not in remote
+
+
+@pytest.mark.slow
+def test_wait_dp_clients_add_the_calibrated_noise_themselves(ray_session, tmp_path):
+    cfg = compose_config(tmp_path, *FOUR_CLIENTS, "algo=fedvs_wait_dp", "runtime=ray")
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule, module = build(cfg)
+    attach_ray_parties(cfg, module)
+    try:
+        parties, dp = module.party_side, module.dp
+        idx = torch.arange(256)
+        xs = [x[idx] for x in datamodule.splits["val"].xs]
+        weights = [w for name, w in parties.named_parameters() if name.endswith("weight")]
+        noisy = parties.eval_embeddings(xs, idx, "val")
+        assert parties.clean_embeddings(xs) is None
+        for x, w, h in zip(xs, weights, noisy, strict=True):
+            clean = PolynomialNetwork(x.shape[1:], degree=2).power_features(x) @ w
+            residual = h - privatize_embedding(clean, clip=dp.clip, sigma=0.0, generator=None)
+            # 256 x 16 draws of N(0, sigma^2): the sample std is within 5% of sigma
+            assert abs(float(residual.std()) / dp.sigma - 1) < 0.05
+    finally:
+        module.party_side.close()

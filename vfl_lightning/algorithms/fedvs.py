@@ -13,7 +13,6 @@ import torch
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.data.segments import SegmentedDataModule
-from vfl_lightning.errors import ConfigError
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec
 from vfl_lightning.mechanisms.field import DEFAULT_PRIME
@@ -29,8 +28,6 @@ from vfl_lightning.wire.stragglers import (
 )
 
 STRATEGIES = ("fedvs", "wait", "ignore", "wait_dp")
-RAY_STRATEGIES = ("fedvs", "wait", "ignore")
-"""What ``runtime=ray`` runs (Wait-DP is refused there: see :meth:`FedVSFamily.ray_parties`)."""
 SHORTFALL_POLICIES = ("raise", "wait")
 
 
@@ -134,16 +131,17 @@ class FedVSFamily(VFLModule):
         self.party_side.project_weights()
 
     def ray_parties(self, config: dict, *, time_scale: float, **options):
-        """The clients as Ray actors (``runtime=ray``), sleeping their delays x ``time_scale``."""
-        if self.strategy not in RAY_STRATEGIES:
-            raise ConfigError(
-                f"algo={self.name} (strategy {self.strategy!r}) does not run in the Ray runtime; "
-                f"runtime=ray runs the FedVS strategies {RAY_STRATEGIES}: use runtime=local"
-            )
+        """The clients as Ray actors (``runtime=ray``), sleeping their delays x ``time_scale``;
+        Wait-DP's clients add its noise themselves."""
         from vfl_lightning.runtime.ray_fedvs import RayFedVSParties
 
         return RayFedVSParties(
-            config, self.num_parties, codec=self.codec, time_scale=time_scale, **options
+            config,
+            self.num_parties,
+            codec=self.codec,
+            dp=self.dp,
+            time_scale=time_scale,
+            **options,
         )
 
     @classmethod
@@ -339,17 +337,16 @@ class FedVSFamily(VFLModule):
     ) -> torch.Tensor:
         """Plain average of the real-valued embeddings (noisy ones for Wait-DP with
         ``algo.dp.at_eval``)."""
-        embeddings = self.party_side.send(xs, idx, stage=stage, round=None)
-        if self.dp is not None and self.dp.at_eval:
-            gen = self.generator(stage)
-            embeddings = [self.dp(h, gen) for h in embeddings]
-        return torch.stack(embeddings).mean(0)
+        return torch.stack(self.party_side.eval_embeddings(xs, idx, stage)).mean(0)
 
     def clean_server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor | None:
-        """Wait-DP evaluated with noise (``algo.dp.at_eval``): also the noise-free average."""
-        if self.dp is not None and self.dp.at_eval:
-            return torch.stack(self.embed(xs)).mean(0)
-        return None
+        """Wait-DP evaluated with noise (``algo.dp.at_eval``): also the noise-free average, where
+        the clients hand it over (``runtime=local`` only, see
+        :meth:`FedVSParties.clean_embeddings`)."""
+        if self.dp is None or not self.dp.at_eval:
+            return None
+        clean = self.party_side.clean_embeddings(xs)
+        return None if clean is None else torch.stack(clean).mean(0)
 
     def on_validation_end(self) -> None:
         if self.trainer.sanity_checking:

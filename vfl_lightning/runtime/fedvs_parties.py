@@ -60,14 +60,27 @@ class FedVSParties(ABC):
         modelled: Sequence[int],
         deadline_s: float | None,
     ) -> tuple[list[int], list[torch.Tensor]]:
-        """Wait / Ignore: (clients used, their plain embeddings of the batch) in client order;
-        every client when ``deadline_s`` is None, else those that arrived by that simulated
-        time (at least the first). ``modelled``: the clients the simulated clock says arrived."""
+        """Wait / Ignore / Wait-DP: (clients used, their plain embeddings of the batch, with
+        Wait-DP's noise for Wait-DP) in client order; every client when ``deadline_s`` is None,
+        else those that arrived by that simulated time (at least the first). ``modelled``: the
+        clients the simulated clock says arrived."""
 
     @abstractmethod
     def update_plain(self, used: Sequence[int], gradient: torch.Tensor) -> None:
         """Wait / Ignore: each used client back-propagates dL/dH / |used| through the embedding
         it sent in :meth:`plain_round`, steps, and projects its weights."""
+
+    @abstractmethod
+    def eval_embeddings(
+        self, xs: Sequence[torch.Tensor], idx: torch.Tensor | None, stage: str
+    ) -> list[torch.Tensor]:
+        """Every client's embedding of an evaluation batch as the server receives it: plain, or
+        with Wait-DP's noise when ``algo.dp.at_eval`` (drawn from the ``stage`` stream)."""
+
+    @abstractmethod
+    def clean_embeddings(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        """The noise-free embeddings behind a noisy Wait-DP evaluation (the ``acc_clean``
+        diagnostic), or None where no client would send them."""
 
 
 class LocalFedVSParties(LocalParties, FedVSParties):
@@ -129,6 +142,18 @@ class LocalFedVSParties(LocalParties, FedVSParties):
             module.step_party(party_opts[n])
         self._plain_outputs = []
         self.project_weights()
+
+    def eval_embeddings(self, xs, idx, stage):
+        module = self.module
+        embeddings = self.send(xs, idx, stage=stage, round=None)
+        if module.dp is not None and module.dp.at_eval:
+            gen = module.generator(stage)
+            embeddings = [module.dp(h, gen) for h in embeddings]
+        return embeddings
+
+    def clean_embeddings(self, xs):
+        """The simulation holds every client's model: the clean embeddings are at hand."""
+        return self.module.embed(xs)
 
     def project_weights(self) -> None:
         """|w| <= ``weight_bound`` for every client model (Assumption 4)."""

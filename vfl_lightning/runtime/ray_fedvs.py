@@ -11,6 +11,7 @@ import numpy as np
 import ray
 import torch
 
+from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec, data_bound
 from vfl_lightning.mechanisms.field import field_matmul
 from vfl_lightning.runtime.fedvs_parties import FedVSParties
@@ -22,7 +23,8 @@ class FedVSPartyActor(PartyActor):
     """Client ``party`` of FedVS: besides what :class:`PartyActor` holds (its own columns, its PN
     model and optimizer, its generators) it keeps the data shares the other clients sent it and,
     per exchange, the model shares they sent it. ``code``: the public code parameters
-    (:class:`FedVSCodec` keyword arguments).
+    (:class:`FedVSCodec` keyword arguments); ``dp``: Wait-DP's noise, which the client adds to
+    what it sends (training: its ``train`` stream; evaluation with ``at_eval``: that stage's).
 
     An async actor: a modelled network delay is an ``await asyncio.sleep`` after the message is
     computed, so while a late coded embedding is still "in flight" the client already takes the
@@ -35,9 +37,12 @@ class FedVSPartyActor(PartyActor):
     re-sends the very same data shares) for data shares.
     """
 
-    def __init__(self, config: dict, party: int, num_threads: int, code: dict) -> None:
+    def __init__(
+        self, config: dict, party: int, num_threads: int, code: dict, dp: WaitDP | None
+    ) -> None:
         super().__init__(config, party, num_threads)
         self.codec = FedVSCodec(**code)
+        self.dp = dp
         self.num_clients = self.codec.num_clients
         self.seed = int(config["seed"])
         self.peers: list = []
@@ -64,6 +69,15 @@ class FedVSPartyActor(PartyActor):
             x[0].numel(),
             (data_bound(x)),
         )
+
+    def send(self, idx: torch.Tensor, stage: str, round: int | None):
+        """(embedding of rows ``idx``, serialized bytes) for the server's evaluation, with
+        Wait-DP's noise when ``at_eval``."""
+        out, nbytes = super().send(idx, stage, round)
+        if self.dp is None or not self.dp.at_eval:
+            return out, nbytes
+        noisy = self.dp(out.to(self.device), self.generators.get(stage)).to("cpu")
+        return noisy, serialized_bytes(noisy)
 
     def project_weights(self) -> None:
         bound = self.codec.weight_bound
@@ -158,10 +172,12 @@ class FedVSPartyActor(PartyActor):
 
     # ------------------------------------------------------------- Wait / Ignore
     async def plain_embedding(self, exchange: int, idx: torch.Tensor, delay_s: float):
-        """The plain embedding of rows ``idx`` (kept for :meth:`update_plain`), returned after
-        ``delay_s`` real seconds."""
+        """The plain embedding of rows ``idx`` (with Wait-DP's noise for Wait-DP; kept for
+        :meth:`update_plain`), returned after ``delay_s`` real seconds."""
         self.model.train()
         h = self.model(self.features["train"][idx.to(self.device)])
+        if self.dp is not None:
+            h = self.dp(h, self.generators.get("train"))
         self.plain = (exchange, h)
         await asyncio.sleep(delay_s)
         return h.detach().cpu()
@@ -197,9 +213,17 @@ class RayFedVSParties(RayParties, FedVSParties):
     """
 
     def __init__(
-        self, config: dict, num_parties: int, *, codec: FedVSCodec, time_scale: float, **options
+        self,
+        config: dict,
+        num_parties: int,
+        *,
+        codec: FedVSCodec,
+        dp: WaitDP | None,
+        time_scale: float,
+        **options,
     ) -> None:
         self.codec = codec
+        self.dp = dp
         self.time_scale = float(time_scale)
         self.exchange = 0
         self._share_replies: list = []
@@ -219,7 +243,7 @@ class RayFedVSParties(RayParties, FedVSParties):
             "weight_bound": codec.weight_bound,
         }
         actor = ray.remote(FedVSPartyActor).options(**options)
-        return actor.remote(config, party, threads, code)
+        return actor.remote(config, party, threads, code, self.dp)
 
     def _gather(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
         """Every reply, in order, each taken as it arrives: a dead actor is named at once even
@@ -304,6 +328,13 @@ class RayFedVSParties(RayParties, FedVSParties):
         self._count(sum(serialized_bytes(h) for h in embeddings))
         device = self.device_fn()
         return used, [h.to(device) for h in embeddings]
+
+    def eval_embeddings(self, xs, idx, stage):
+        return self.send(xs, idx, stage=stage, round=None)
+
+    def clean_embeddings(self, xs):
+        """None: a Wait-DP client sends only its noisy embedding (``acc_clean`` is not logged)."""
+        return None
 
     def update_plain(self, used, gradient):
         payload = gradient.detach().to("cpu")
