@@ -94,7 +94,8 @@ def build(cfg: DictConfig):
 
 RUNTIMES = ("local", "ray")
 RAY_ALGOS = (
-    "splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd, fedvs, fedvs_wait, fedvs_ignore"
+    "splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd, fedvs, fedvs_wait, fedvs_ignore, "
+    "fedvs_wait_dp"
 )
 
 
