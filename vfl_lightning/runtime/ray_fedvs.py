@@ -209,7 +209,8 @@ class RayFedVSParties(RayParties, FedVSParties):
     embeddings that arrive (``ray.wait``, one at a time, so the responders are in arrival order;
     replies that were already in when it looked count in submission order) and never reads the
     rest. ``ledger.serialized_bytes`` counts every share, every coded or plain embedding the
-    server used, and every gradient, as Ray serializes them.
+    server used, and every gradient, as Ray serializes them. ``dp`` (Wait-DP's noise) goes to
+    every actor, which adds it to what it sends.
     """
 
     def __init__(
