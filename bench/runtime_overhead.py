@@ -1,13 +1,18 @@
 """Rounds per second of runtime=ray against runtime=local (digits, M parties), and the share of a
 Ray round spent waiting on the party actors (their compute plus the transport) versus a bare echo.
 
-For each algo and runtime, trains with Lightning and times every ``protocol_step`` (one round:
-embeddings up, gradients down, every side steps), and for Ray also the time inside the party
-calls. A third row times a bare echo: the same messages sent to M no-op actors and back, i.e. the
-transport alone. Medians after a warm-up, printed as a table.
+For each algo and runtime, trains with Lightning and times every round (``protocol_step``:
+embeddings up, gradients down, every side steps; FedVS: ``fedvs_round``), and for Ray also the
+time inside the party calls. A third row times a bare echo: the same messages sent to M no-op
+actors and back, i.e. the transport alone. Medians after a warm-up, printed as a table.
+
+FedVS runs ``experiment=fedvs_digits`` (its own N = 8 clients, whatever ``--parties`` says) with
+its §6.2 stragglers; under Ray each client really sleeps its delays x ``--time-scale``, so the Ray
+rate includes the wait for the R-th coded embedding (about 0.2-0.4 simulated s a round).
 
     python bench/runtime_overhead.py                      # npq, pbm; 4 parties; 200 rounds
     python bench/runtime_overhead.py --algos npq --parties 4 --rounds 400
+    python bench/runtime_overhead.py --algos fedvs --time-scale 0.01
 """
 
 from __future__ import annotations
@@ -43,14 +48,36 @@ class Echo:
         return None
 
 
-def time_run(algo: str, runtime: str, parties: int, rounds: int, warmup: int, out: Path):
-    """(median round seconds, median seconds inside party calls) over the timed rounds."""
-    cfg = compose_config(
-        out / f"{algo}-{runtime}",
+FEDVS_ALGOS = ("fedvs", "fedvs_wait", "fedvs_ignore")
+FEDVS_PARTIES = 8
+"""``experiment=fedvs_digits``'s clients."""
+
+
+def run_overrides(algo: str, runtime: str, parties: int, time_scale: float) -> list[str]:
+    if algo in FEDVS_ALGOS:
+        return [
+            "experiment=fedvs_digits",
+            f"algo={algo}",
+            "algo.max_simulated_s=null",
+            f"runtime={runtime}",
+            *([f"runtime.time_scale={time_scale}"] if runtime == "ray" else []),
+        ]
+    return [
         f"algo={algo}",
         f"runtime={runtime}",
         f"data.num_parties={parties}",
         "data.partition=quadrants" if parties == 4 else "data.partition=even",
+    ]
+
+
+def time_run(
+    algo: str, runtime: str, parties: int, rounds: int, warmup: int, out: Path, time_scale: float
+):
+    """(median round seconds, median seconds inside party calls) over the timed rounds."""
+    fedvs = algo in FEDVS_ALGOS
+    cfg = compose_config(
+        out / f"{algo}-{runtime}",
+        *run_overrides(algo, runtime, parties, time_scale),
         f"trainer.max_steps={rounds + warmup}",
         "trainer.max_epochs=-1",
         "trainer.limit_val_batches=0",
@@ -65,7 +92,10 @@ def time_run(algo: str, runtime: str, parties: int, rounds: int, warmup: int, ou
     round_s: list[float] = []
     party_s: list[float] = [0.0]
     side = module.party_side
-    for name in ("send", "apply_gradients"):
+    calls = ("share_models", "coded_embeddings", "update") if fedvs else ("send", "apply_gradients")
+    if algo in ("fedvs_wait", "fedvs_ignore"):
+        calls = ("plain_round", "update_plain")
+    for name in calls:
         call = getattr(side, name)
 
         def timed_call(*args, _call=call, **kwargs):
@@ -75,7 +105,10 @@ def time_run(algo: str, runtime: str, parties: int, rounds: int, warmup: int, ou
             return result
 
         setattr(side, name, timed_call)
-    protocol_step = module.protocol_step
+    step_name = (
+        ("fedvs_round" if algo == "fedvs" else "baseline_round") if fedvs else "protocol_step"
+    )
+    protocol_step = getattr(module, step_name)
 
     def timed(xs, y, idx):
         party_s.append(0.0)
@@ -84,7 +117,7 @@ def time_run(algo: str, runtime: str, parties: int, rounds: int, warmup: int, ou
         round_s.append(time.perf_counter() - start)
         return result
 
-    module.protocol_step = timed
+    setattr(module, step_name, timed)
     trainer = L.Trainer(
         accelerator="cpu",
         max_steps=rounds + warmup,
@@ -125,30 +158,36 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--num-cpus", type=int, default=2)
+    parser.add_argument("--time-scale", type=float, default=0.01, help="FedVS: runtime.time_scale")
     args = parser.parse_args()
     torch.set_num_threads(1)
     ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for algo in args.algos:
-            local, _ = time_run(algo, "local", args.parties, args.rounds, args.warmup, Path(tmp))
-            remote, waiting = time_run(
-                algo, "ray", args.parties, args.rounds, args.warmup, Path(tmp)
-            )
-            dtype = torch.uint8 if algo == "pbm" else torch.float32
-            echo = time_echo(args.parties, args.rounds, args.warmup, 16, 32, dtype)
-            rows.append((algo, local, remote, waiting, echo))
+            timing = (args.parties, args.rounds, args.warmup, Path(tmp), args.time_scale)
+            local, _ = time_run(algo, "local", *timing)
+            remote, waiting = time_run(algo, "ray", *timing)
+            if algo in FEDVS_ALGOS:
+                parties, batch = FEDVS_PARTIES, 64
+                dtype = torch.int32 if algo == "fedvs" else torch.float32
+            else:
+                parties, batch = args.parties, 32
+                dtype = torch.uint8 if algo == "pbm" else torch.float32
+            echo = time_echo(parties, args.rounds, args.warmup, 16, batch, dtype)
+            rows.append((algo, parties, batch, local, remote, waiting, echo))
     ray.shutdown()
     header = (
-        f"{'algo':6} {'local r/s':>10} {'ray r/s':>8} {'ray/local':>9} "
+        f"{'algo':12} {'M':>2} {'batch':>5} {'local r/s':>10} {'ray r/s':>8} {'ray/local':>9} "
         f"{'party calls':>11} {'echo ms':>8} {'echo share':>10}"
     )
-    print(f"M = {args.parties} parties, digits, batch 32; medians of {args.rounds} rounds")
+    print(f"digits; medians of {args.rounds} rounds; FedVS time_scale {args.time_scale}")
     print(header)
-    for algo, local, remote, waiting, echo in rows:
+    for algo, parties, batch, local, remote, waiting, echo in rows:
         print(
-            f"{algo:6} {1 / local:10.1f} {1 / remote:8.1f} {remote / local:9.2f} "
-            f"{waiting / remote:11.0%} {echo * 1e3:8.2f} {echo / remote:10.0%}"
+            f"{algo:12} {parties:2d} {batch:5d} {1 / local:10.1f} {1 / remote:8.1f} "
+            f"{remote / local:9.2f} {waiting / remote:11.0%} {echo * 1e3:8.2f} "
+            f"{echo / remote:10.0%}"
         )
 
 

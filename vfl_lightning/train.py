@@ -93,7 +93,10 @@ def build(cfg: DictConfig):
 
 
 RUNTIMES = ("local", "ray")
-RAY_ALGOS = "splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd"
+RAY_ALGOS = (
+    "splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd, fedvs, fedvs_wait, fedvs_ignore, "
+    "fedvs_wait_dp"
+)
 
 
 def runtime_name(cfg: DictConfig) -> str:
@@ -112,14 +115,30 @@ def check_runtime(cfg: DictConfig) -> None:
     if name not in algo.RUNTIMES:
         raise ConfigError(
             f"algo={cfg.algo.get('name')} is not yet supported in the Ray runtime (a later step "
-            f"of issue 13); runtime=ray runs the synchronous family: {RAY_ALGOS}"
+            f"of issue 13); runtime=ray runs the synchronous family and FedVS: {RAY_ALGOS}"
         )
+    check_time_scale(cfg.runtime.get("time_scale"))
     strategy = cfg.trainer.get("strategy")
     if strategy not in (None, "auto") or cfg.trainer.get("num_nodes", 1) != 1:
         raise ConfigError(
             "runtime=ray runs one server process: use trainer.strategy=auto and "
             f"trainer.num_nodes=1 (got strategy {strategy!r}); scale out with more party actors"
         )
+
+
+def check_time_scale(value) -> float:
+    """``runtime.time_scale``: real seconds a party sleeps per simulated second of delay."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigError(
+            f"runtime.time_scale must be a finite number > 0 (real seconds slept per simulated "
+            f"second), got {value!r}"
+        )
+    return float(value)
 
 
 def start_ray(cfg: DictConfig) -> bool:
@@ -139,7 +158,7 @@ def start_ray(cfg: DictConfig) -> bool:
 def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
     """Move the parties of ``module`` into Ray actors built from the run's configuration; the
     server's mechanism keeps no secure-aggregation pair seed."""
-    from vfl_lightning.runtime.ray_parties import ACTOR_GROUPS, RayParties
+    from vfl_lightning.runtime.ray_parties import ACTOR_GROUPS
 
     config = {
         key: OmegaConf.to_container(cfg[key], resolve=True)
@@ -147,9 +166,9 @@ def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
         else cfg[key]
         for key in ACTOR_GROUPS
     }
-    parties = RayParties(
+    parties = module.ray_parties(
         config,
-        module.num_parties,
+        time_scale=check_time_scale(cfg.runtime.get("time_scale")),
         party_resources=OmegaConf.to_container(cfg.runtime.get("party_resources"), resolve=True)
         if OmegaConf.is_config(cfg.runtime.get("party_resources"))
         else cfg.runtime.get("party_resources"),

@@ -165,6 +165,15 @@ class VFLModule(L.LightningModule):
         self.parties = nn.ModuleList()
         self.party_side = party_side
 
+    def ray_parties(self, config: dict, *, time_scale: float, **options) -> Parties:
+        """This protocol's parties as Ray actors (``runtime=ray``), built from the actor
+        ``config``; ``options`` go to :class:`~vfl_lightning.runtime.ray_parties.RayParties`.
+        ``time_scale`` (``runtime.time_scale``) is for protocols that sleep their modelled delays;
+        the synchronous family models none."""
+        from vfl_lightning.runtime.ray_parties import RayParties
+
+        return RayParties(config, self.num_parties, **options)
+
     @classmethod
     def check_party_class(cls, party_class: type, name: str) -> None:
         """Refuse, before anything is built, a party model this protocol cannot run (``name``:

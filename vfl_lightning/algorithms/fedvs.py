@@ -12,12 +12,12 @@ import numpy as np
 import torch
 
 from vfl_lightning.algorithms.base import VFLModule
-from vfl_lightning.algorithms.party_steps import zero_together
 from vfl_lightning.data.segments import SegmentedDataModule
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec
 from vfl_lightning.mechanisms.field import DEFAULT_PRIME
 from vfl_lightning.models.pn import PolynomialNetwork
+from vfl_lightning.runtime.fedvs_parties import FedVSParties, LocalFedVSParties
 from vfl_lightning.wire import DOWNLINK, PEER, UPLINK
 from vfl_lightning.wire.fedvs_costs import FedVSCosts, data_sharing_seconds, fedvs_costs
 from vfl_lightning.wire.stragglers import (
@@ -53,7 +53,15 @@ class FedVSFamily(VFLModule):
     Time: message sizes, compute rates and the §6.2 straggler delays come from the run's
     :class:`~vfl_lightning.wire.Network` (``network=fedvs``, set by the algo files); a round lasts
     as :func:`fedvs_timing` / :func:`wait_timing` say.
+
+    The clients are reached through ``self.party_side`` (:class:`FedVSParties`): in this process
+    (:class:`LocalFedVSParties`) or as Ray actors (``runtime=ray``,
+    :class:`~vfl_lightning.runtime.ray_fedvs.RayFedVSParties`), where the server decodes from the
+    coded embeddings that really arrive first while the clock advances by the modelled round.
+    ``fedvs/responder_counts`` (results) counts how often each client was among the decoders.
     """
+
+    RUNTIMES = ("local", "ray")
 
     def __init__(
         self,
@@ -118,7 +126,23 @@ class FedVSFamily(VFLModule):
         self.data_sharing_s = 0.0
         self.per_segment_batch = 0
         self.costs: FedVSCosts | None = None
-        self._project_weights()
+        self.responder_counts = [0] * self.num_parties
+        self.party_side: FedVSParties = LocalFedVSParties(self)
+        self.party_side.project_weights()
+
+    def ray_parties(self, config: dict, *, time_scale: float, **options):
+        """The clients as Ray actors (``runtime=ray``), sleeping their delays x ``time_scale``;
+        Wait-DP's clients add its noise themselves."""
+        from vfl_lightning.runtime.ray_fedvs import RayFedVSParties
+
+        return RayFedVSParties(
+            config,
+            self.num_parties,
+            codec=self.codec,
+            dp=self.dp,
+            time_scale=time_scale,
+            **options,
+        )
 
     @classmethod
     def check_party_class(cls, party_class: type, name: str) -> None:
@@ -139,7 +163,7 @@ class FedVSFamily(VFLModule):
         self.per_segment_batch = datamodule.per_segment_batch
         self.costs = fedvs_costs(
             self.wire.clock.network,
-            feature_counts=[p.num_power_features for p in self.parties],
+            feature_counts=self.party_side.power_feature_counts(),
             width=self.widths[0],
             per_segment_batch=self.per_segment_batch,
             K=self.K,
@@ -148,15 +172,12 @@ class FedVSFamily(VFLModule):
             element_bits=self.codec.element_bits,
         )
         if self.strategy == "fedvs":
-            self.share_data([x.to(self.device) for x in datamodule.splits["train"].xs])
+            self.share_data()
 
-    def share_data(self, train_xs: Sequence[torch.Tensor]) -> None:
-        """Algorithm 1 lines 1-10, once; charged to the ledger and the clock on a fresh run only."""
-        self.codec.check(train_xs, [p.degree for p in self.parties])
-        generator = torch.Generator(device=self.device).manual_seed(self.seed * 7919 + 1)
-        with torch.no_grad():
-            features = [p.power_features(x) for p, x in zip(self.parties, train_xs, strict=True)]
-        bits = self.codec.share_data(features, generator=generator)
+    def share_data(self) -> None:
+        """Algorithm 1 lines 1-10, once; charged to the ledger and the clock on a fresh run only
+        (a resumed run shares the same data shares again: the checkpoint does not carry them)."""
+        bits = self.party_side.share_data()
         if self.data_shared:
             return
         for n, share_bits in enumerate(bits):
@@ -175,9 +196,9 @@ class FedVSFamily(VFLModule):
     def training_step(self, batch, batch_idx):
         xs, y, idx = batch
         if self.strategy == "fedvs":
-            loss, logits = self.fedvs_round(xs, y, idx[: self.per_segment_batch])
+            loss, logits = self.fedvs_round(xs, y, idx)
         else:
-            loss, logits = self.baseline_round(xs, y)
+            loss, logits = self.baseline_round(xs, y, idx)
         self.log_train_step(loss, logits, y)
         if self.is_log_step():
             self.log("time/simulated_s", self.wire.clock.now, on_step=True, on_epoch=False)
@@ -219,15 +240,16 @@ class FedVSFamily(VFLModule):
             )
         self.shortfall_rounds += 1
 
-    def fedvs_round(self, xs, y, positions):
+    def fedvs_round(self, xs, y, idx):
         """Algorithm 1 lines 11-35 for one batch; returns (loss, logits)."""
-        party_opts, server_opt = self.split_optimizers()
-        self.share_models()
-        # when each coded embedding arrives; the server takes the first R (lines 21-27)
-        timing = self._fedvs_timing(*self._draw_delays())
+        _, server_opt = self.split_optimizers()
+        # when each coded embedding arrives on the simulated clock (lines 21-27)
+        share_delays, upload_delays = self._draw_delays()
+        timing = self._fedvs_timing(share_delays, upload_delays)
         self._check_shortfall(timing)
-        responders = list(timing.used)
-        received = self.upload_coded_embeddings(positions, responders)
+        self.share_models(share_delays)
+        positions = idx[: self.per_segment_batch]
+        responders, received = self.upload_coded_embeddings(positions, upload_delays, timing.used)
         # lines 28-30: interpolate psi, evaluate at beta_1..beta_K, dequantize the average
         fused = self.codec.decode_average(torch.stack(received), responders)
         fused = fused.to(torch.float32).requires_grad_()
@@ -237,23 +259,26 @@ class FedVSFamily(VFLModule):
         server_opt.zero_grad()
         self.manual_backward(loss)
         gradients = self.wire.downlink([fused.grad] * self.num_parties)
-        self.update_clients(party_opts, xs, gradients)
+        self.party_side.update(xs, idx, gradients[0])
         server_opt.step()
-        self._close_round(timing)
+        self._close_round(timing, len(responders))
         return loss, logits
 
-    def share_models(self) -> None:
+    def share_models(self, share_delays: np.ndarray) -> None:
         """Lines 13-20: each client quantizes its model and sends N-1 masked Lagrange shares."""
-        share_bits = self.codec.share_models(
-            [p.weight for p in self.parties], generator=self.generator("train")
-        )
+        share_bits = self.party_side.share_models(share_delays)
         for n, bits in enumerate(share_bits):
             self.wire.ledger.record(PEER, n, (self.num_parties - 1) * bits, kind="model_share")
 
-    def upload_coded_embeddings(self, positions, responders: list[int]) -> list[torch.Tensor]:
-        """Lines 21-24, 27: the coded embeddings (eq. 5) of the first R clients reach the server."""
-        coded = self.codec.coded_embeddings(positions, clients=responders)
-        return [
+    def upload_coded_embeddings(
+        self, positions, upload_delays: np.ndarray, modelled: Sequence[int]
+    ) -> tuple[list[int], list[torch.Tensor]]:
+        """Lines 21-24, 27: the coded embeddings (eq. 5) of the first R clients reach the server;
+        returns (responders, what arrived)."""
+        responders, coded = self.party_side.coded_embeddings(positions, upload_delays, modelled)
+        for n in responders:
+            self.responder_counts[n] += 1
+        received = [
             self.wire.send(
                 UPLINK,
                 n,
@@ -263,17 +288,11 @@ class FedVSFamily(VFLModule):
             )
             for i, n in enumerate(responders)
         ]
+        return responders, received
 
-    def update_clients(self, party_opts, xs, gradients) -> None:
-        """Lines 32-35: each client back-propagates (1/N) dL/dH through its plaintext embedding."""
-        N = self.num_parties
-        zero_together([opt.optimizer for opt in party_opts])
-        self.backward_parties(self.embed(xs), [g / N for g in gradients])
-        self.step_parties(party_opts)
-
-    def baseline_round(self, xs, y):
+    def baseline_round(self, xs, y, idx):
         """Wait / Ignore / Wait-DP: plain embeddings of the clients the server waits for."""
-        party_opts, server_opt = self.split_optimizers()
+        _, server_opt = self.split_optimizers()
         share_delays, upload_delays = self._draw_delays()
         deadline = None
         if self.strategy == "ignore":
@@ -287,13 +306,9 @@ class FedVSFamily(VFLModule):
             update_s=self.costs.update_s,
             deadline_s=deadline,
         )
-        used = sorted(timing.used)
-        outputs = [self.parties[n](xs[n]) for n in used]
-        if self.dp is not None:
-            gen = self.generator("train")
-            outputs = [self.dp(h, gen) for h in outputs]
+        used, outputs = self.party_side.plain_round(xs, idx, upload_delays, timing.used, deadline)
         received = [
-            self.wire.send(UPLINK, n, h.detach(), kind="embedding")
+            self.wire.send(UPLINK, n, h, kind="embedding")
             for n, h in zip(used, outputs, strict=True)
         ]
         fused = torch.stack(received).mean(0).requires_grad_()
@@ -301,25 +316,20 @@ class FedVSFamily(VFLModule):
         loss = self.loss_fn(logits, y)
         server_opt.zero_grad()
         self.manual_backward(loss)
-        for n, h in zip(used, outputs, strict=True):
-            g = self.wire.send(DOWNLINK, n, fused.grad, kind="gradient")
-            party_opts[n].zero_grad()
-            self.manual_backward(h, gradient=g / len(used))
-            self.step_party(party_opts[n])
+        gradient = None
+        for n in used:
+            gradient = self.wire.send(DOWNLINK, n, fused.grad, kind="gradient")
+        self.party_side.update_plain(used, gradient)
         server_opt.step()
-        self._close_round(timing)
+        self._close_round(timing, len(used))
         return loss, logits
 
-    def _close_round(self, timing: RoundTiming) -> None:
-        self._project_weights()
+    def _close_round(self, timing: RoundTiming, used: int) -> None:
+        """End the round on the clock (the modelled duration) and log how many clients the
+        server used (under Ray: the real arrivals, which may differ from ``timing.used``)."""
         self.wire.end_round(duration_s=timing.duration_s)
-        self.accumulate_epoch("fedvs/used_clients", float(len(timing.used)))
+        self.accumulate_epoch("fedvs/used_clients", float(used))
         self.accumulate_epoch("fedvs/round_s", timing.duration_s)
-
-    def _project_weights(self) -> None:
-        with torch.no_grad():
-            for party in self.parties:
-                party.weight.clamp_(-self.weight_bound, self.weight_bound)
 
     # ----------------------------------------------------------------- evaluation
     def server_input(
@@ -327,17 +337,16 @@ class FedVSFamily(VFLModule):
     ) -> torch.Tensor:
         """Plain average of the real-valued embeddings (noisy ones for Wait-DP with
         ``algo.dp.at_eval``)."""
-        embeddings = self.embed(xs)
-        if self.dp is not None and self.dp.at_eval:
-            gen = self.generator(stage)
-            embeddings = [self.dp(h, gen) for h in embeddings]
-        return torch.stack(embeddings).mean(0)
+        return torch.stack(self.party_side.eval_embeddings(xs, idx, stage)).mean(0)
 
     def clean_server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor | None:
-        """Wait-DP evaluated with noise (``algo.dp.at_eval``): also the noise-free average."""
-        if self.dp is not None and self.dp.at_eval:
-            return torch.stack(self.embed(xs)).mean(0)
-        return None
+        """Wait-DP evaluated with noise (``algo.dp.at_eval``): also the noise-free average, where
+        the clients hand it over (``runtime=local`` only, see
+        :meth:`FedVSParties.clean_embeddings`)."""
+        if self.dp is None or not self.dp.at_eval:
+            return None
+        clean = self.party_side.clean_embeddings(xs)
+        return None if clean is None else torch.stack(clean).mean(0)
 
     def on_validation_end(self) -> None:
         if self.trainer.sanity_checking:
@@ -354,6 +363,7 @@ class FedVSFamily(VFLModule):
             "fedvs/T": self.T,
             "fedvs/R": self.codec.threshold,
             "fedvs/shortfall_rounds": self.shortfall_rounds,
+            "fedvs/responder_counts": list(self.responder_counts),
             "fedvs/data_sharing_s": self.data_sharing_s,
             "fedvs/dp_sigma": 0.0 if self.dp is None else self.dp.sigma,
             "fedvs/val_curve": [list(point) for point in self.val_curve],
@@ -366,6 +376,7 @@ class FedVSFamily(VFLModule):
         checkpoint["fedvs"] = {
             "val_curve": list(self.val_curve),
             "shortfall_rounds": self.shortfall_rounds,
+            "responder_counts": list(self.responder_counts),
             "data_shared": self.data_shared,
             "data_sharing_s": self.data_sharing_s,
         }
@@ -375,5 +386,6 @@ class FedVSFamily(VFLModule):
         state = checkpoint["fedvs"]
         self.val_curve = [tuple(point) for point in state["val_curve"]]
         self.shortfall_rounds = int(state["shortfall_rounds"])
+        self.responder_counts = [int(c) for c in state["responder_counts"]]
         self.data_shared = bool(state["data_shared"])
         self.data_sharing_s = float(state["data_sharing_s"])

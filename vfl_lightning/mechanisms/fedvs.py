@@ -13,6 +13,11 @@ from vfl_lightning.mechanisms.field import DEFAULT_PRIME, quantize
 from vfl_lightning.mechanisms.lcc import LagrangeCode, QuantizationBudget, check_no_wraparound
 
 
+def data_bound(features: torch.Tensor) -> float:
+    """max |x| over a client's raw features (0 for none): its input to the overflow pre-check."""
+    return float(features.abs().max()) if features.numel() else 0.0
+
+
 class FedVSCodec:
     """Holds the public LCC points, the clients' data shares and the current model shares.
 
@@ -52,11 +57,25 @@ class FedVSCodec:
 
     def check(self, features: Sequence[torch.Tensor], degrees: Sequence[int]) -> QuantizationBudget:
         """Overflow pre-check from the actual raw features (|x| bounds) and the PN degrees."""
-        bounds = [float(f.abs().max()) if f.numel() else 0.0 for f in features]
-        self.budget = check_no_wraparound(
+        return self.check_bounds(
             feature_counts=[f[0].numel() for f in features],
+            degrees=degrees,
+            data_bounds=[data_bound(f) for f in features],
+        )
+
+    def check_bounds(
+        self,
+        *,
+        feature_counts: Sequence[int],
+        degrees: Sequence[int],
+        data_bounds: Sequence[float],
+    ) -> QuantizationBudget:
+        """The same pre-check from what each client reports: its raw feature count, PN degree and
+        max |x| (``runtime=ray``: the server never sees the features)."""
+        self.budget = check_no_wraparound(
+            feature_counts=list(feature_counts),
             degrees=list(degrees),
-            data_bounds=bounds,
+            data_bounds=list(data_bounds),
             weight_bound=self.weight_bound,
             l_x=self.l_x,
             l_w=self.l_w,
@@ -72,19 +91,36 @@ class FedVSCodec:
         ``power_features[n]``: client n's (M, F_n) power features (X^1..X^D, 1) of the training set
         in sample order. The first K*S rows are split into K segments of S = M // K rows.
         """
-        rows = power_features[0].shape[0]
-        segment = rows // self.K
-        # Field elements below 2^31 are stored as int32: the shares are the protocol's largest state.
-        storage = torch.int32 if self.prime < 2**31 else torch.long
-        shares = []
-        for features in power_features:
-            quantized = quantize(features[: self.K * segment], self.l_x, self.prime)
-            share = self.code.encode_data(
-                quantized.reshape(self.K, segment, -1), generator=generator
-            )
-            shares.append(share.to(storage))
+        segment = power_features[0].shape[0] // self.K
+        shares = [self.client_data_shares(f, generator=generator) for f in power_features]
         self.data_shares = torch.cat(shares, dim=2)
         return [segment * f.shape[1] * self.element_bits for f in power_features]
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """Field elements below 2^31 are stored (and sent) as int32: the shares are the
+        protocol's largest state."""
+        return torch.int32 if self.prime < 2**31 else torch.long
+
+    def client_data_shares(
+        self, features: torch.Tensor, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Lines 3-7 for one client: (N, S, F_n) shares of its quantized (M, F_n) power
+        features, share n' for client n'."""
+        segment = features.shape[0] // self.K
+        quantized = quantize(features[: self.K * segment], self.l_x, self.prime)
+        share = self.code.encode_data(quantized.reshape(self.K, segment, -1), generator=generator)
+        return share.to(self.storage_dtype)
+
+    def client_model_shares(
+        self, weight: torch.Tensor, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Lines 14-17 for one client: (N, F_n, h) shares of its stochastically quantized model
+        (``runtime=ray``; :meth:`share_models` does every client in one call)."""
+        quantized = quantize(
+            weight.detach(), self.l_w, self.prime, stochastic=True, generator=generator
+        )
+        return self.code.encode_model(quantized, generator=generator).to(self.storage_dtype)
 
     def share_models(
         self, weights: Sequence[torch.Tensor], *, generator: torch.Generator | None = None

@@ -12,7 +12,8 @@ import torch
 from vfl_lightning.algorithms.party_steps import zero_together
 from vfl_lightning.mechanisms.secure_agg import splitmix64_int
 
-STAGE_OFFSETS = {"train": 0, "val": 1, "test": 2}
+STAGE_OFFSETS = {"train": 0, "val": 1, "test": 2, "fedvs_data": 4}
+"""Stream offsets; ``fedvs_data``: FedVS data-share masks, re-drawn from the seed on resume."""
 
 
 def party_seed(seed: int, stage: str, party: int) -> int:

@@ -177,22 +177,24 @@ class RayParties(Parties):
     ) -> None:
         options = party_options(party_resources, num_parties)
         threads = torch.get_num_threads()
-        actor = ray.remote(PartyActor)
-        self.actors = [
-            actor.options(**options[m]).remote(config, m, threads) for m in range(num_parties)
-        ]
+        self.actors = [self.start_actor(config, m, threads, options[m]) for m in range(num_parties)]
         self.ledger = ledger
         self.round_fn = round_fn
         self.device_fn = device_fn
         public_keys = self._get([a.public_key.remote() for a in self.actors], "key setup")
         self._get([a.agree.remote(public_keys) for a in self.actors], "key agreement")
 
-    def _get(self, refs: list, what: str) -> list:
-        """Every reply, or :class:`PartyLost` naming the first party whose actor died."""
+    def start_actor(self, config: dict, party: int, threads: int, options: dict):
+        """Party ``party``'s actor handle (a protocol's subclass starts its own actor class)."""
+        return ray.remote(PartyActor).options(**options).remote(config, party, threads)
+
+    def _get(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
+        """Every reply, or :class:`PartyLost` naming the first party whose actor died
+        (``parties[i]``: the party that answers ``refs[i]``; default: party i)."""
         try:
             return ray.get(refs)
         except RayActorError as error:
-            for party, ref in enumerate(refs):
+            for party, ref in zip(parties or range(len(refs)), refs, strict=True):
                 try:
                     ray.get(ref)
                 except RayActorError:

@@ -1,0 +1,344 @@
+"""FedVS clients as Ray actors (``runtime=ray``): data and model shares travel actor to actor, each
+client sleeps its modelled delays for real, and the server decodes from the first R arrivals."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import ray
+import torch
+
+from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
+from vfl_lightning.mechanisms.fedvs import FedVSCodec, data_bound
+from vfl_lightning.mechanisms.field import field_matmul
+from vfl_lightning.runtime.fedvs_parties import FedVSParties
+from vfl_lightning.runtime.parties import party_seed
+from vfl_lightning.runtime.ray_parties import PartyActor, RayParties, serialized_bytes
+
+
+class FedVSPartyActor(PartyActor):
+    """Client ``party`` of FedVS: besides what :class:`PartyActor` holds (its own columns, its PN
+    model and optimizer, its generators) it keeps the data shares the other clients sent it and,
+    per exchange, the model shares they sent it. ``code``: the public code parameters
+    (:class:`FedVSCodec` keyword arguments); ``dp``: Wait-DP's noise, which the client adds to
+    what it sends (training: its ``train`` stream; evaluation with ``at_eval``: that stage's).
+
+    An async actor: a modelled network delay is an ``await asyncio.sleep`` after the message is
+    computed, so while a late coded embedding is still "in flight" the client already takes the
+    next request (its model update), as the simulated clock assumes. Its requests still take
+    effect in the server's order: the server waits for every reply of a phase before the next
+    phase, except the coded embeddings past the first R (they only read the exchange's shares,
+    which they were computed from before sleeping) and the plain embeddings Ignore leaves out.
+    Masks and stochastic rounding use the client's own seeded generators: the ``train`` stream
+    (checkpointed) for model shares, ``fedvs_data`` (restarted from the seed, so a resumed run
+    re-sends the very same data shares) for data shares.
+    """
+
+    def __init__(
+        self, config: dict, party: int, num_threads: int, code: dict, dp: WaitDP | None
+    ) -> None:
+        super().__init__(config, party, num_threads)
+        self.codec = FedVSCodec(**code)
+        self.dp = dp
+        self.num_clients = self.codec.num_clients
+        self.seed = int(config["seed"])
+        self.peers: list = []
+        self.data_inbox: dict[int, torch.Tensor] = {}
+        self.model_inbox: dict[int, dict[int, torch.Tensor]] = {}
+        self.data_shares: torch.Tensor | None = None
+        self.plain: tuple[int, torch.Tensor] | None = None
+        self._arrivals: asyncio.Condition | None = None
+        self.project_weights()
+
+    def set_peers(self, peers: list) -> None:
+        """The other clients' actor handles (shares go to them directly, never via the server)."""
+        self.peers = peers
+
+    def power_info(self) -> tuple[int, int, int, int, float]:
+        """(power features F_n, embedding width h, PN degree, raw features, max |x| of the
+        training slice): public sizes and what the server's overflow pre-check needs."""
+        x = self.features["train"]
+        model = self.model
+        return (
+            model.num_power_features,
+            model.embedding_dim,
+            model.degree,
+            x[0].numel(),
+            (data_bound(x)),
+        )
+
+    def send(self, idx: torch.Tensor, stage: str, round: int | None):
+        """(embedding of rows ``idx``, serialized bytes) for the server's evaluation, with
+        Wait-DP's noise when ``at_eval``."""
+        out, nbytes = super().send(idx, stage, round)
+        if self.dp is None or not self.dp.at_eval:
+            return out, nbytes
+        noisy = self.dp(out.to(self.device), self.generators.get(stage)).to("cpu")
+        return noisy, serialized_bytes(noisy)
+
+    def project_weights(self) -> None:
+        bound = self.codec.weight_bound
+        with torch.no_grad():
+            self.model.weight.clamp_(-bound, bound)
+
+    def _condition(self) -> asyncio.Condition:
+        if self._arrivals is None:
+            self._arrivals = asyncio.Condition()
+        return self._arrivals
+
+    def _send_to_peers(self, method: str, shares: torch.Tensor, *head) -> int:
+        """Send ``shares[n]`` to client n for every other n; returns the serialized bytes sent."""
+        sent = 0
+        for n, peer in enumerate(self.peers):
+            if n == self.party:
+                continue
+            share = shares[n].clone()  # its own storage: a view would serialize every share
+            sent += serialized_bytes(share)
+            getattr(peer, method).remote(*head, self.party, share)
+        return sent
+
+    async def _keep(self, inbox: dict, sender: int, share: torch.Tensor) -> None:
+        async with self._condition():
+            inbox[sender] = share
+            self._condition().notify_all()
+
+    async def _wait_for(self, full) -> None:
+        async with self._condition():
+            await self._condition().wait_for(full)
+
+    # ------------------------------------------------------------- data shares (once)
+    async def share_data(self) -> tuple[int, int]:
+        """Algorithm 1 lines 2-7: one share of this client's quantized power features to every
+        other client; returns (bits of one share, serialized bytes sent)."""
+        with torch.no_grad():
+            features = self.model.power_features(self.features["train"])
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(party_seed(self.seed, "fedvs_data", self.party))
+        shares = self.codec.client_data_shares(features, generator=generator).cpu()
+        sent = self._send_to_peers("receive_data_share", shares)
+        await self._keep(self.data_inbox, self.party, shares[self.party])
+        return shares[0].numel() * self.codec.element_bits, sent
+
+    async def receive_data_share(self, sender: int, share: torch.Tensor) -> None:
+        await self._keep(self.data_inbox, sender, share)
+
+    async def collect_data_shares(self) -> None:
+        """Line 10: every client's share arrived; keep them side by side in client order,
+        (S, F_total) field elements."""
+        await self._wait_for(lambda: len(self.data_inbox) == self.num_clients)
+        self.data_shares = torch.cat([self.data_inbox[n] for n in range(self.num_clients)], 1)
+        self.data_inbox = {}
+
+    # ------------------------------------------------------------- one round
+    async def share_model(self, exchange: int, delay_s: float) -> int:
+        """Lines 14-20: quantize (stochastic rounding), share, and after ``delay_s`` real
+        seconds send one share to every other client; returns the serialized bytes sent."""
+        shares = self.codec.client_model_shares(
+            self.model.weight, generator=self.generators.get("train")
+        ).cpu()
+        await self._keep(self.model_inbox.setdefault(exchange, {}), self.party, shares[self.party])
+        await asyncio.sleep(delay_s)
+        return self._send_to_peers("receive_model_share", shares, exchange)
+
+    async def receive_model_share(self, exchange: int, sender: int, share: torch.Tensor) -> None:
+        await self._keep(self.model_inbox.setdefault(exchange, {}), sender, share)
+
+    async def coded_embedding(
+        self, exchange: int, positions: torch.Tensor, delay_s: float
+    ) -> torch.Tensor:
+        """Lines 21-24: once every client's model share of ``exchange`` is here, the coded
+        embedding (eq. 5) of the batch ``positions``, (|B|, h) field elements, returned after
+        ``delay_s`` real seconds."""
+        await self._wait_for(lambda: len(self.model_inbox.get(exchange, ())) == self.num_clients)
+        received = self.model_inbox.pop(exchange)
+        model = torch.cat([received[n] for n in range(self.num_clients)]).long()
+        rows = self.data_shares[positions.to(self.data_shares.device)].long()
+        coded = field_matmul(rows, model, self.codec.prime).to(self.codec.storage_dtype)
+        await asyncio.sleep(delay_s)
+        return coded
+
+    def update(self, idx: torch.Tensor, gradient: torch.Tensor) -> None:
+        """Lines 32-35: back-propagate (1/N) dL/dH through the plaintext embedding of rows
+        ``idx``, step, project."""
+        self.model.train()
+        h = self.model(self.features["train"][idx.to(self.device)])
+        self.optimizer.zero_grad()
+        h.backward(gradient.to(self.device) / self.num_clients)
+        self.optimizer.step()
+        self.project_weights()
+
+    # ------------------------------------------------------------- Wait / Ignore
+    async def plain_embedding(self, exchange: int, idx: torch.Tensor, delay_s: float):
+        """The plain embedding of rows ``idx`` (with Wait-DP's noise for Wait-DP; kept for
+        :meth:`update_plain`), returned after ``delay_s`` real seconds."""
+        self.model.train()
+        h = self.model(self.features["train"][idx.to(self.device)])
+        if self.dp is not None:
+            h = self.dp(h, self.generators.get("train"))
+        self.plain = (exchange, h)
+        await asyncio.sleep(delay_s)
+        return h.detach().cpu()
+
+    def update_plain(self, exchange: int, gradient: torch.Tensor, used: int) -> None:
+        """Back-propagate dL/dH / ``used`` through the embedding sent in ``exchange``, step,
+        project."""
+        kept, h = self.plain
+        if kept != exchange:
+            raise RuntimeError(
+                f"client {self.party} got the gradient of exchange {exchange} but last sent an "
+                f"embedding in exchange {kept}"
+            )
+        self.plain = None
+        self.optimizer.zero_grad()
+        h.backward(gradient.to(self.device) / used)
+        self.optimizer.step()
+        self.project_weights()
+
+
+class RayFedVSParties(RayParties, FedVSParties):
+    """The FedVS clients as :class:`FedVSPartyActor` handles; the server's ``codec`` holds only
+    the public points (it decodes, it never holds a share).
+
+    The round's delays are drawn on the server's simulated clock (so ``time/simulated_s`` is the
+    local runtime's, to the bit) and each client is told its own, which it sleeps for real,
+    scaled by ``time_scale``. The server relays no share: it tells each client which exchange to
+    share, and the clients send their shares to each other. It takes the first R coded
+    embeddings that arrive (``ray.wait``, one at a time, so the responders are in arrival order;
+    replies that were already in when it looked count in submission order) and never reads the
+    rest. ``ledger.serialized_bytes`` counts every share, every coded or plain embedding the
+    server used, and every gradient, as Ray serializes them. ``dp`` (Wait-DP's noise) goes to
+    every actor, which adds it to what it sends.
+    """
+
+    def __init__(
+        self,
+        config: dict,
+        num_parties: int,
+        *,
+        codec: FedVSCodec,
+        dp: WaitDP | None,
+        time_scale: float,
+        **options,
+    ) -> None:
+        self.codec = codec
+        self.dp = dp
+        self.time_scale = float(time_scale)
+        self.exchange = 0
+        self._share_replies: list = []
+        super().__init__(config, num_parties, **options)
+        self._gather([a.set_peers.remote(self.actors) for a in self.actors], "peer setup")
+        self.info = self._gather([a.power_info.remote() for a in self.actors], "setup")
+
+    def start_actor(self, config, party, threads, options):
+        codec = self.codec
+        code = {
+            "num_clients": codec.num_clients,
+            "K": codec.K,
+            "T": codec.T,
+            "l_x": codec.l_x,
+            "l_w": codec.l_w,
+            "prime": codec.prime,
+            "weight_bound": codec.weight_bound,
+        }
+        actor = ray.remote(FedVSPartyActor).options(**options)
+        return actor.remote(config, party, threads, code, self.dp)
+
+    def _gather(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
+        """Every reply, in order, each taken as it arrives: a dead actor is named at once even
+        while the others still wait for its shares."""
+        parties = list(range(len(refs)) if parties is None else parties)
+        position = {ref: i for i, ref in enumerate(refs)}
+        replies: list = [None] * len(refs)
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            i = position[ready[0]]
+            replies[i] = self._get(ready, what, [parties[i]])[0]
+        return replies
+
+    def _count(self, nbytes: int) -> None:
+        if self.ledger is not None:
+            self.ledger.record_serialized(nbytes)
+
+    def _scaled(self, delays: np.ndarray) -> list[float]:
+        return [float(d) * self.time_scale for d in delays]
+
+    def power_feature_counts(self):
+        return [info[0] for info in self.info]
+
+    def share_data(self):
+        _, _, degrees, raw, bounds = zip(*self.info, strict=True)
+        self.codec.check_bounds(feature_counts=raw, degrees=degrees, data_bounds=bounds)
+        replies = self._gather([a.share_data.remote() for a in self.actors], "data shares")
+        self._gather([a.collect_data_shares.remote() for a in self.actors], "data shares")
+        self._count(sum(sent for _, sent in replies))
+        return [bits for bits, _ in replies]
+
+    def share_models(self, share_delays):
+        self.exchange += 1
+        self._share_replies = [
+            a.share_model.remote(self.exchange, delay)
+            for a, delay in zip(self.actors, self._scaled(share_delays), strict=True)
+        ]
+        element_bits = self.codec.element_bits
+        return [features * width * element_bits for features, width, *_ in self.info]
+
+    def coded_embeddings(self, positions, upload_delays, modelled):
+        positions = positions.to("cpu")
+        refs = [
+            a.coded_embedding.remote(self.exchange, positions, delay)
+            for a, delay in zip(self.actors, self._scaled(upload_delays), strict=True)
+        ]
+        self._count(sum(self._gather(self._share_replies, "model shares")))
+        owner = {ref: n for n, ref in enumerate(refs)}
+        responders, coded, pending = [], [], refs
+        while len(responders) < self.codec.threshold:
+            ready, pending = ray.wait(pending, num_returns=1)
+            responders.append(owner[ready[0]])
+            coded += self._get(ready, "coded embedding", responders[-1:])
+        self._count(sum(serialized_bytes(c) for c in coded))
+        return responders, torch.stack(coded).to(self.device_fn(), torch.int64)
+
+    def update(self, xs, idx, gradient):
+        payload = gradient.detach().to("cpu")
+        self._count(len(self.actors) * serialized_bytes(payload))
+        idx = idx.to("cpu")
+        self._gather([a.update.remote(idx, payload) for a in self.actors], "gradient")
+
+    def plain_round(self, xs, idx, upload_delays, modelled, deadline_s):
+        self.exchange += 1
+        idx = idx.to("cpu")
+        start = time.perf_counter()
+        refs = [
+            a.plain_embedding.remote(self.exchange, idx, delay)
+            for a, delay in zip(self.actors, self._scaled(upload_delays), strict=True)
+        ]
+        arrived = refs
+        if deadline_s is not None:
+            arrived, pending = ray.wait(refs, num_returns=1)
+            left = deadline_s * self.time_scale - (time.perf_counter() - start)
+            if pending and left > 0:
+                more, _ = ray.wait(pending, num_returns=len(pending), timeout=left)
+                arrived = arrived + more
+        owner = {ref: n for n, ref in enumerate(refs)}
+        used = sorted(owner[ref] for ref in arrived)
+        embeddings = self._gather([refs[n] for n in used], "embedding", used)
+        self._count(sum(serialized_bytes(h) for h in embeddings))
+        device = self.device_fn()
+        return used, [h.to(device) for h in embeddings]
+
+    def eval_embeddings(self, xs, idx, stage):
+        return self.send(xs, idx, stage=stage, round=None)
+
+    def clean_embeddings(self, xs):
+        """None: a Wait-DP client sends only its noisy embedding (``acc_clean`` is not logged)."""
+        return None
+
+    def update_plain(self, used, gradient):
+        payload = gradient.detach().to("cpu")
+        self._count(len(used) * serialized_bytes(payload))
+        refs = [self.actors[n].update_plain.remote(self.exchange, payload, len(used)) for n in used]
+        self._gather(refs, "gradient", used)
