@@ -93,7 +93,10 @@ def build(cfg: DictConfig):
 
 
 RUNTIMES = ("local", "ray")
-RAY_ALGOS = "splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd"
+RAY_ALGOS = (
+    "splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd; asynchronous: cascade, zoo_vfl, "
+    "syn_zoo_vfl, vafl"
+)
 
 
 def runtime_name(cfg: DictConfig) -> str:
@@ -112,8 +115,11 @@ def check_runtime(cfg: DictConfig) -> None:
     if name not in algo.RUNTIMES:
         raise ConfigError(
             f"algo={cfg.algo.get('name')} is not yet supported in the Ray runtime (a later step "
-            f"of issue 13); runtime=ray runs the synchronous family: {RAY_ALGOS}"
+            f"of issue 13); runtime=ray runs: {RAY_ALGOS}"
         )
+    from vfl_lightning.runtime.ray_async import check_ray_options
+
+    check_ray_options(algo, cfg.algo, cfg.runtime)
     strategy = cfg.trainer.get("strategy")
     if strategy not in (None, "auto") or cfg.trainer.get("num_nodes", 1) != 1:
         raise ConfigError(
@@ -159,6 +165,9 @@ def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
     )
     if module.mechanism.uses_pair_masks:
         module.mechanism.set_pair_seeds({})
+    speeds = cfg.algo.get("client_speeds")
+    if speeds is not None:
+        parties.set_work_delays([float(s) for s in speeds], float(cfg.runtime.time_scale))
     module.attach_parties(parties)
 
 
@@ -355,7 +364,9 @@ def train(cfg: DictConfig) -> dict:
         )
         for logger in loggers:
             logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        # the checkpoint was unpickled in full above (load_resume_checkpoint): Lightning's own
+        # weights-only load would refuse list-valued hyperparameters (e.g. algo.client_speeds)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
         module.check_finite()
         fit_metrics = {k: _scalar(v) for k, v in trainer.callback_metrics.items()}
         test_metrics = {}

@@ -71,6 +71,8 @@ class HybridVFL(VFLModule):
     entries (kind ``refreshed_embedding``, counted in ``async/refreshes``).
     """
 
+    RUNTIMES = ("local", "ray")
+
     def __init__(
         self,
         parties,

@@ -30,23 +30,28 @@ def party_seed(seed: int, stage: str, party: int) -> int:
     return splitmix64_int(splitmix64_int(base) ^ splitmix64_int(int(party) + 1)) & (2**63 - 1)
 
 
+CONTINUING_STREAMS = ("train", "delays")
+"""Party streams that continue across checkpoints (the others restart at every evaluation)."""
+
+
 class PartyGenerators:
-    """One party's generators: ``train`` continues across checkpoints, every evaluation stage
-    restarts from its seed at :meth:`restart` (evaluation never shifts training randomness)."""
+    """One party's generators: ``train`` (and ``delays``, Ray's work delays, once used) continue
+    across checkpoints, every evaluation stage restarts from its seed at :meth:`restart`
+    (evaluation never shifts training randomness)."""
 
     def __init__(self, seed: int, party: int, device: torch.device | str = "cpu") -> None:
         self.seed, self.party, self.device = int(seed), int(party), torch.device(device)
         self.streams: dict[str, torch.Generator] = {}
-        self._pending_train_state: torch.Tensor | None = None
+        self._pending_states: dict[str, torch.Tensor] = {}
 
     def get(self, stage: str) -> torch.Generator:
         gen = self.streams.get(stage)
         if gen is None:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(party_seed(self.seed, stage, self.party))
-            if stage == "train" and self._pending_train_state is not None:
-                gen.set_state(self._pending_train_state)
-                self._pending_train_state = None
+            pending = self._pending_states.pop(stage, None)
+            if pending is not None:
+                gen.set_state(pending)
             self.streams[stage] = gen
         return gen
 
@@ -60,11 +65,18 @@ class PartyGenerators:
         self.streams.pop(stage, None)
 
     def state_dict(self) -> dict:
-        return {"train": self.get("train").get_state()}
+        state = {"train": self.get("train").get_state()}
+        for stage in CONTINUING_STREAMS[1:]:
+            if stage in self.streams or stage in self._pending_states:
+                state[stage] = self.get(stage).get_state()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.streams.pop("train", None)
-        self._pending_train_state = state["train"]
+        for stage in CONTINUING_STREAMS:
+            self.streams.pop(stage, None)
+            self._pending_states.pop(stage, None)
+            if stage in state:
+                self._pending_states[stage] = state[stage]
 
 
 def tensor_digest(named: Sequence[tuple[str, torch.Tensor]]):
