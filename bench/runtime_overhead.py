@@ -1,13 +1,16 @@
 """Rounds per second of runtime=ray against runtime=local (digits, M parties), and the share of a
 Ray round spent waiting on the party actors (their compute plus the transport) versus a bare echo.
 
-For each algo and runtime, trains with Lightning and times every ``protocol_step`` (one round:
-embeddings up, gradients down, every side steps), and for Ray also the time inside the party
-calls. A third row times a bare echo: the same messages sent to M no-op actors and back, i.e. the
-transport alone. Medians after a warm-up, printed as a table.
+For each algo and runtime, trains with Lightning and times every ``protocol_step`` (synchronous
+family: one round, embeddings up, gradients down, every side steps; ``cascade``: one batch, M
+server iterations, each a client's query taken as it arrives, losses back), and for Ray also the
+time inside the party calls; a round is a server iteration (``global_step``). A third row times a
+bare echo: the same messages sent to M no-op actors and back, i.e. the transport alone. Medians
+after a warm-up, printed as a table.
 
     python bench/runtime_overhead.py                      # npq, pbm; 4 parties; 200 rounds
     python bench/runtime_overhead.py --algos npq --parties 4 --rounds 400
+    python bench/runtime_overhead.py --algos cascade
 """
 
 from __future__ import annotations
@@ -42,16 +45,43 @@ class Echo:
     def apply_gradient(self, gradient, fresh, mu):
         return None
 
+    def client_message(self, idx, shape, dtype):
+        return (torch.zeros(shape[1:], dtype=dtype), torch.zeros(shape, dtype=dtype)[1:]), 0
+
+    def answer(self, answer):
+        return None
+
+
+CLIENT_PASSES = ("cascade", "zoo_vfl", "vafl")
+"""Asynchronous algos whose protocol step (one batch) is M server iterations (algo.epoch=client_pass)."""
+PARTY_CALLS = ("send", "apply_gradients", "client_messages", "answer_client", "embed_rows")
+"""The party-side calls whose time counts as waiting on the parties."""
+
+
+def timed_messages(messages, party_s: list[float]):
+    """The messages of ``client_messages``, the wait for each one added to ``party_s[-1]``."""
+    while True:
+        start = time.perf_counter()
+        try:
+            message = next(messages)
+        except StopIteration:
+            party_s[-1] += time.perf_counter() - start
+            return
+        party_s[-1] += time.perf_counter() - start
+        yield message
+
 
 def time_run(algo: str, runtime: str, parties: int, rounds: int, warmup: int, out: Path):
-    """(median round seconds, median seconds inside party calls) over the timed rounds."""
+    """(median seconds per round, median seconds inside party calls per round) over the timed
+    protocol steps; a round is a server update (``global_step``)."""
+    steps = (rounds + warmup) * (parties if algo in CLIENT_PASSES else 1)
     cfg = compose_config(
         out / f"{algo}-{runtime}",
         f"algo={algo}",
         f"runtime={runtime}",
         f"data.num_parties={parties}",
         "data.partition=quadrants" if parties == 4 else "data.partition=even",
-        f"trainer.max_steps={rounds + warmup}",
+        f"trainer.max_steps={steps}",
         "trainer.max_epochs=-1",
         "trainer.limit_val_batches=0",
         "trainer.log_every_n_steps=1000",
@@ -65,29 +95,32 @@ def time_run(algo: str, runtime: str, parties: int, rounds: int, warmup: int, ou
     round_s: list[float] = []
     party_s: list[float] = [0.0]
     side = module.party_side
-    for name in ("send", "apply_gradients"):
+    for name in PARTY_CALLS:
         call = getattr(side, name)
 
-        def timed_call(*args, _call=call, **kwargs):
+        def timed_call(*args, _call=call, _name=name, **kwargs):
             start = time.perf_counter()
             result = _call(*args, **kwargs)
             party_s[-1] += time.perf_counter() - start
-            return result
+            return timed_messages(result, party_s) if _name == "client_messages" else result
 
         setattr(side, name, timed_call)
     protocol_step = module.protocol_step
 
     def timed(xs, y, idx):
         party_s.append(0.0)
+        before = module.global_step
         start = time.perf_counter()
         result = protocol_step(xs, y, idx)
-        round_s.append(time.perf_counter() - start)
+        per_round = 1 / max(1, module.global_step - before)
+        round_s.append((time.perf_counter() - start) * per_round)
+        party_s[-1] *= per_round
         return result
 
     module.protocol_step = timed
     trainer = L.Trainer(
         accelerator="cpu",
-        max_steps=rounds + warmup,
+        max_steps=steps,
         max_epochs=-1,
         limit_val_batches=0,
         logger=False,
@@ -118,6 +151,39 @@ def time_echo(parties: int, rounds: int, warmup: int, width: int, batch: int, dt
     return statistics.median(times[warmup:])
 
 
+def time_async_echo(parties: int, rounds: int, warmup: int, shape, dtype, answer_size: int):
+    """Median seconds per server iteration of a bare asynchronous batch: M no-op actors, one
+    query each (c and c_hat of ``shape``), taken in arrival order, an answer submitted to each."""
+    actors = [ray.remote(Echo).options(num_cpus=0).remote() for _ in range(parties)]
+    idx = torch.arange(shape[1])
+    answer = torch.zeros(answer_size, dtype=torch.float64)
+    updates: list = []
+    times = []
+    for _ in range(rounds + warmup):
+        start = time.perf_counter()
+        ray.get(updates)
+        pending = [a.client_message.remote(idx, shape, dtype) for a in actors]
+        updates = []
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            ray.get(ready[0])
+            updates.append(actors[len(updates)].answer.remote(answer))
+        times.append((time.perf_counter() - start) / parties)
+    ray.get(updates)
+    for actor in actors:
+        ray.kill(actor)
+    return statistics.median(times[warmup:])
+
+
+def echo_round(algo: str, parties: int, rounds: int, warmup: int) -> float:
+    """The bare transport of one round of ``algo`` (digits, batch 32, the default party widths)."""
+    if algo == "cascade":
+        # c and q = 1 perturbed output in float64, width 16; the losses [h, h_hat] back
+        return time_async_echo(parties, rounds, warmup, (2, 32, 16), torch.float64, 2)
+    dtype = torch.uint8 if algo == "pbm" else torch.float32
+    return time_echo(parties, rounds, warmup, 16, 32, dtype)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", default=["npq", "pbm"])
@@ -135,15 +201,17 @@ def main() -> None:
             remote, waiting = time_run(
                 algo, "ray", args.parties, args.rounds, args.warmup, Path(tmp)
             )
-            dtype = torch.uint8 if algo == "pbm" else torch.float32
-            echo = time_echo(args.parties, args.rounds, args.warmup, 16, 32, dtype)
+            echo = echo_round(algo, args.parties, args.rounds, args.warmup)
             rows.append((algo, local, remote, waiting, echo))
     ray.shutdown()
     header = (
         f"{'algo':6} {'local r/s':>10} {'ray r/s':>8} {'ray/local':>9} "
         f"{'party calls':>11} {'echo ms':>8} {'echo share':>10}"
     )
-    print(f"M = {args.parties} parties, digits, batch 32; medians of {args.rounds} rounds")
+    print(
+        f"M = {args.parties} parties, digits, batch 32; medians of {args.rounds} protocol steps "
+        "(a round: a server update)"
+    )
     print(header)
     for algo, local, remote, waiting, echo in rows:
         print(
