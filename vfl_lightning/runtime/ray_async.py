@@ -150,13 +150,10 @@ class AsyncRayMethods:
     """
 
     def set_work_delays(self, speeds: Sequence[float], time_scale: float) -> None:
-        """Party m sleeps Exp(rate = speeds[m]) × ``time_scale`` seconds before each message."""
-        if len(speeds) != len(self.actors):
-            raise ConfigError(
-                f"algo.client_speeds needs one speed per client ({len(self.actors)} clients), "
-                f"got {len(speeds)} values: {list(speeds)}"
-            )
-        refs = [a.set_work_delay.remote(s, time_scale) for a, s in zip(self.actors, speeds)]
+        """Party m sleeps Exp(rate = speeds[m]) × ``time_scale`` seconds before each message
+        (``speeds`` as validated by :class:`~vfl_lightning.algorithms.staleness.ClientActivation`)."""
+        actors = zip(self.actors, speeds, strict=True)
+        refs = [actor.set_work_delay.remote(speed, time_scale) for actor, speed in actors]
         self._get(refs, "work delays")
 
     def initial_embeddings(self, xs, *, chunk):
