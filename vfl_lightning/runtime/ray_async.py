@@ -69,16 +69,22 @@ class AsyncPartyMethods:
     own ``delays`` stream, before computing each message: the real time a slower client takes.
     """
 
+    work_mean_s: float | None = None
+    """Mean work delay in seconds (None: no delay, the default with equal client speeds)."""
+    zoo: ZooSettings | None = None
+    """The settings of the last message's query (None: a first-order message)."""
+    query: ZooQuery | None = None
+    """The last query, its directions kept until its losses come back."""
+
     def set_work_delay(self, speed: float, time_scale: float) -> None:
         self.work_mean_s = float(time_scale) / float(speed)
 
     def work_delay(self) -> None:
         """Sleep this party's next work delay (none unless :meth:`set_work_delay` was called)."""
-        mean = getattr(self, "work_mean_s", None)
-        if mean is None:
+        if self.work_mean_s is None:
             return
         uniform = torch.rand((), generator=self.generators.get(DELAY_STREAM), dtype=torch.float64)
-        time.sleep(-math.log1p(-float(uniform)) * mean)
+        time.sleep(-math.log1p(-float(uniform)) * self.work_mean_s)
 
     def initial_embeddings(self, chunk: int):
         """(embedding of the whole training split, serialized bytes), ``chunk`` rows at a time."""
@@ -116,7 +122,7 @@ class AsyncPartyMethods:
             self._h = self.model(x)
             message = (self._h.detach().to("cpu"), None)
         else:
-            self.query: ZooQuery = client_query(self.model, x, zoo, self.generators.get("train"))
+            self.query = client_query(self.model, x, zoo, self.generators.get("train"))
             message = (self.query.embedding.to("cpu"), self.query.perturbed.to("cpu"))
         return message, serialized_bytes(message)
 
