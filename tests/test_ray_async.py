@@ -129,8 +129,11 @@ def test_messages_are_taken_as_they_arrive_with_the_local_ledger(make_cfg, ray_s
     metrics = trainer.callback_metrics
     assert torch.isfinite(metrics["train/loss_epoch"])
     assert metrics["async/staleness_mean"] > 0 and metrics["async/staleness_max"] >= batches
+    # what Ray serialized: the payload plus under 1 kB of framing per message (a view sent with
+    # its whole storage, e.g. c_hat inside the (1 + q, B, P) outputs, would exceed it)
     payload = (remote.wire.ledger.total_bits("up") + remote.wire.ledger.total_bits("down")) / 8
-    assert payload < remote.wire.ledger.serialized_bytes < 1.5 * payload
+    framing = remote.wire.ledger.serialized_bytes - payload
+    assert 0 < framing < 1000 * len(remote.wire.ledger.transcript), (framing, payload)
     assert local.wire.ledger.serialized_bytes == 0
     assert all(torch.isfinite(p).all() for _, p in named)
 

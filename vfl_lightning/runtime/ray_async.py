@@ -123,7 +123,12 @@ class AsyncPartyMethods:
             message = (self._h.detach().to("cpu"), None)
         else:
             self.query = client_query(self.model, x, zoo, self.generators.get("train"))
-            message = (self.query.embedding.to("cpu"), self.query.perturbed.to("cpu"))
+            # copies: c and c_hat are views of one (1 + q, B, P) tensor, and Ray would serialize
+            # its whole storage with each of them
+            message = (
+                self.query.embedding.to("cpu", copy=True),
+                self.query.perturbed.to("cpu", copy=True),
+            )
         return message, serialized_bytes(message)
 
     def answer(self, answer: torch.Tensor) -> None:
@@ -169,13 +174,13 @@ class AsyncRayMethods:
         return [column.to(device) for column, _ in replies]
 
     def embed_rows(self, party, x, idx):
-        ref = self.actors[party].embed_rows.remote(idx.to("cpu"))
+        ref = self.actors[party].embed_rows.remote(idx.to("cpu", copy=True))
         embedding, nbytes = self.get_party(party, ref, "refresh")
         self.record(nbytes)
         return embedding.to(self.device_fn())
 
     def client_messages(self, clients, xs, idx, *, zoo):
-        idx = idx.to("cpu")
+        idx = idx.to("cpu", copy=True)  # a batch's indices are a view of the epoch's permutation
         what = "embedding" if zoo is None else "query"
         owner = {self.actors[m].client_message.remote(idx, zoo): m for m in clients}
         pending = list(owner)
@@ -191,7 +196,7 @@ class AsyncRayMethods:
     def answer_client(self, party, answer):
         from vfl_lightning.runtime.ray_parties import serialized_bytes
 
-        payload = answer.detach().to("cpu")
+        payload = answer.detach().to("cpu", copy=True)
         self.record(serialized_bytes(payload))
         self.updates[party] = self.actors[party].answer.remote(payload)
 

@@ -225,7 +225,7 @@ class RayParties(AsyncRayMethods, Parties):
             raise ValueError(
                 f"runtime=ray embeds rows of the train, val or test split by index, not {stage!r}"
             )
-        idx = idx.to("cpu")
+        idx = idx.to("cpu", copy=True)  # a batch's indices are a view of the epoch's permutation
         replies = self._get([a.send.remote(idx, stage, round) for a in self.actors], "send")
         if stage == "train" and self.ledger is not None:
             self.ledger.record_serialized(sum(nbytes for _, nbytes in replies))
