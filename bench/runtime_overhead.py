@@ -46,7 +46,8 @@ class Echo:
         return None
 
     def client_message(self, idx, shape, dtype):
-        return (torch.zeros(shape[1:], dtype=dtype), torch.zeros(shape, dtype=dtype)[1:]), 0
+        perturbed = (shape[0] - 1, *shape[1:])
+        return (torch.zeros(shape[1:], dtype=dtype), torch.zeros(perturbed, dtype=dtype)), 0
 
     def answer(self, answer):
         return None
