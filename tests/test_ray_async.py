@@ -79,9 +79,12 @@ def test_syn_zoo_vfl_takes_any_epoch_under_ray(make_cfg):
 
 
 # ----------------------------------------------------------------- messages in arrival order
-def fit_with_transcript(cfg, runtime: str):
+def fit_with_transcript(cfg, runtime: str, submission_order=None):
+    """Fit with a plain Trainer; ``submission_order`` fixes the order in which a batch's clients
+    are asked (under Ray only the order of the requests, not of the replies)."""
     L.seed_everything(cfg.seed, workers=True)
     datamodule, module = build(cfg)
+    module.activation.order = submission_order
     if runtime == "ray":
         check_runtime(cfg)
         attach_ray_parties(cfg, module)
@@ -95,8 +98,9 @@ def fit_with_transcript(cfg, runtime: str):
 
 @pytest.mark.parametrize("algo", ["cascade", pytest.param("vafl", marks=pytest.mark.slow)])
 def test_messages_are_taken_as_they_arrive_with_the_local_ledger(make_cfg, ray_session, algo):
-    """Party 0 is 1000 times slower (real sleeps of mean 0.2 s): its messages arrive second.
-    Staleness is real and non-zero; every count on the wire equals the local runtime's."""
+    """Party 0 is asked first but is 1000 times slower (real sleeps of mean 0.2 s): under Ray
+    its messages arrive second (locally they come in the order asked). Staleness is real and
+    non-zero; every count on the wire equals the local runtime's."""
     batches = 6
     common = [
         f"algo={algo}",
@@ -106,9 +110,9 @@ def test_messages_are_taken_as_they_arrive_with_the_local_ledger(make_cfg, ray_s
         "trainer.max_epochs=1",
         f"trainer.limit_train_batches={batches}",
     ]
-    _, local, _ = fit_with_transcript(make_cfg(*common), "local")
+    _, local, _ = fit_with_transcript(make_cfg(*common), "local", [0, 1])
     trainer, remote, named = fit_with_transcript(
-        make_cfg(*common, "runtime=ray", "runtime.time_scale=0.01"), "ray"
+        make_cfg(*common, "runtime=ray", "runtime.time_scale=0.01"), "ray", [0, 1]
     )
     assert trainer.global_step == remote.wire.ledger.rounds == batches * 2
     assert remote.wire.ledger.bits == local.wire.ledger.bits
@@ -122,10 +126,13 @@ def test_messages_are_taken_as_they_arrive_with_the_local_ledger(make_cfg, ray_s
     assert messages(remote) == messages(local)
     kinds = {e.kind for e in remote.wire.ledger.transcript if e.direction == "down"}
     assert kinds == ({"loss"} if algo == "cascade" else {"gradient"})
-    first = [
-        e.party for e in remote.wire.ledger.transcript if e.kind == "embedding" and e.round % 2 == 0
-    ]
-    assert len(first) == batches and first.count(1) >= batches - 2, first
+
+    def first(module):
+        transcript = module.wire.ledger.transcript
+        return [e.party for e in transcript if e.kind == "embedding" and e.round % 2 == 0]
+
+    assert first(local) == [0] * batches
+    assert len(first(remote)) == batches and first(remote).count(1) >= batches - 2, first(remote)
     metrics = trainer.callback_metrics
     assert torch.isfinite(metrics["train/loss_epoch"])
     assert metrics["async/staleness_mean"] > 0 and metrics["async/staleness_max"] >= batches

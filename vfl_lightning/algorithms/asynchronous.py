@@ -178,13 +178,14 @@ class HybridVFL(VFLModule):
         return EmbeddingTable.from_initial_pass([column.to(self.device) for column in columns])
 
     # ----------------------------------------------------------------- one iteration
-    def schedule(self) -> list[list[int]]:
-        """The active clients of each server iteration on the current batch."""
+    def schedule(self) -> tuple[list[int], bool]:
+        """The clients asked at once on the current batch, and whether all their messages make
+        one server iteration (synchronous) or each message its own, as it arrives."""
         if self.synchronous:
-            return [list(range(self.num_parties))]
+            return list(range(self.num_parties)), True
         if self.passes:
-            return [[m] for m in self.activation.next_pass()]
-        return [[self.activation.next()]]
+            return self.activation.next_pass(), False
+        return [self.activation.next()], False
 
     def query_losses(
         self,
@@ -238,15 +239,13 @@ class HybridVFL(VFLModule):
         if self.table is None:
             raise RuntimeError("the embedding table is filled at train start: call trainer.fit")
         losses, ages = [], []
-        for active in self.schedule():
-            messages = self.party_side.client_messages(active, xs, idx, zoo=self.zoo_settings)
-            # synchronous: one iteration with every message; else one per message as it arrives
-            iterations = [list(messages)] if self.synchronous else ([m] for m in messages)
-            for arrived in iterations:
-                iteration = int(self.global_step)
-                loss, logits = self.server_iteration(arrived, xs, y, idx)
-                losses.append(loss.detach())
-                ages.append(self.table.ages(idx, iteration))
+        clients, together = self.schedule()
+        messages = self.party_side.client_messages(clients, xs, idx, zoo=self.zoo_settings)
+        for arrived in [list(messages)] if together else ([m] for m in messages):
+            iteration = int(self.global_step)
+            loss, logits = self.server_iteration(arrived, xs, y, idx)
+            losses.append(loss.detach())
+            ages.append(self.table.ages(idx, iteration))
         self.last_ages = torch.cat(ages)
         return torch.stack(losses).mean(), logits
 
