@@ -1,10 +1,12 @@
 """Rounds per second of runtime=ray against runtime=local (digits, M parties), and the share of a
 Ray round spent waiting on the party actors (their compute plus the transport) versus a bare echo.
 
-For each algo and runtime, trains with Lightning and times every round (``protocol_step``:
-embeddings up, gradients down, every side steps; FedVS: ``fedvs_round``), and for Ray also the
-time inside the party calls. A third row times a bare echo: the same messages sent to M no-op
-actors and back, i.e. the transport alone. Medians after a warm-up, printed as a table.
+For each algo and runtime, trains with Lightning and times every protocol step (synchronous
+family: one round, embeddings up, gradients down, every side steps; ``cascade``: one batch, M
+server iterations, each a client's query taken as it arrives, losses back; FedVS:
+``fedvs_round`` / ``baseline_round``), and for Ray also the time inside the party calls; a round
+is a server update (``global_step``). A third column times a bare echo: the same messages sent to
+M no-op actors and back, i.e. the transport alone. Medians after a warm-up, printed as a table.
 
 FedVS runs ``experiment=fedvs_digits`` (its own N = 8 clients, whatever ``--parties`` says) with
 its §6.2 stragglers; under Ray each client really sleeps its delays x ``--time-scale``, so the Ray
@@ -12,6 +14,7 @@ rate includes the wait for the R-th coded embedding (about 0.2-0.4 simulated s a
 
     python bench/runtime_overhead.py                      # npq, pbm; 4 parties; 200 rounds
     python bench/runtime_overhead.py --algos npq --parties 4 --rounds 400
+    python bench/runtime_overhead.py --algos cascade
     python bench/runtime_overhead.py --algos fedvs --time-scale 0.01
 """
 
@@ -47,6 +50,32 @@ class Echo:
     def apply_gradient(self, gradient, fresh, mu):
         return None
 
+    def client_message(self, idx, shape, dtype):
+        perturbed = (shape[0] - 1, *shape[1:])
+        return (torch.zeros(shape[1:], dtype=dtype), torch.zeros(perturbed, dtype=dtype)), 0
+
+    def answer(self, answer):
+        return None
+
+
+CLIENT_PASSES = ("cascade", "zoo_vfl", "vafl")
+"""Asynchronous algos whose protocol step (one batch) is M server iterations (algo.epoch=client_pass)."""
+PARTY_CALLS = ("send", "apply_gradients", "client_messages", "answer_client", "embed_rows")
+"""The party-side calls whose time counts as waiting on the parties."""
+
+
+def timed_messages(messages, party_s: list[float]):
+    """The messages of ``client_messages``, the wait for each one added to ``party_s[-1]``."""
+    while True:
+        start = time.perf_counter()
+        try:
+            message = next(messages)
+        except StopIteration:
+            party_s[-1] += time.perf_counter() - start
+            return
+        party_s[-1] += time.perf_counter() - start
+        yield message
+
 
 FEDVS_ALGOS = ("fedvs", "fedvs_wait", "fedvs_ignore")
 FEDVS_PARTIES = 8
@@ -73,12 +102,14 @@ def run_overrides(algo: str, runtime: str, parties: int, time_scale: float) -> l
 def time_run(
     algo: str, runtime: str, parties: int, rounds: int, warmup: int, out: Path, time_scale: float
 ):
-    """(median round seconds, median seconds inside party calls) over the timed rounds."""
+    """(median seconds per round, median seconds inside party calls per round) over the timed
+    protocol steps; a round is a server update (``global_step``)."""
     fedvs = algo in FEDVS_ALGOS
+    steps = (rounds + warmup) * (parties if algo in CLIENT_PASSES else 1)
     cfg = compose_config(
         out / f"{algo}-{runtime}",
         *run_overrides(algo, runtime, parties, time_scale),
-        f"trainer.max_steps={rounds + warmup}",
+        f"trainer.max_steps={steps}",
         "trainer.max_epochs=-1",
         "trainer.limit_val_batches=0",
         "trainer.log_every_n_steps=1000",
@@ -92,17 +123,19 @@ def time_run(
     round_s: list[float] = []
     party_s: list[float] = [0.0]
     side = module.party_side
-    calls = ("share_models", "coded_embeddings", "update") if fedvs else ("send", "apply_gradients")
-    if algo in ("fedvs_wait", "fedvs_ignore"):
-        calls = ("plain_round", "update_plain")
+    calls = PARTY_CALLS
+    if fedvs:
+        calls = ("share_models", "coded_embeddings", "update")
+        if algo in ("fedvs_wait", "fedvs_ignore"):
+            calls = ("plain_round", "update_plain")
     for name in calls:
         call = getattr(side, name)
 
-        def timed_call(*args, _call=call, **kwargs):
+        def timed_call(*args, _call=call, _name=name, **kwargs):
             start = time.perf_counter()
             result = _call(*args, **kwargs)
             party_s[-1] += time.perf_counter() - start
-            return result
+            return timed_messages(result, party_s) if _name == "client_messages" else result
 
         setattr(side, name, timed_call)
     step_name = (
@@ -112,15 +145,18 @@ def time_run(
 
     def timed(xs, y, idx):
         party_s.append(0.0)
+        before = module.global_step
         start = time.perf_counter()
         result = protocol_step(xs, y, idx)
-        round_s.append(time.perf_counter() - start)
+        per_round = 1 / max(1, module.global_step - before)
+        round_s.append((time.perf_counter() - start) * per_round)
+        party_s[-1] *= per_round
         return result
 
     setattr(module, step_name, timed)
     trainer = L.Trainer(
         accelerator="cpu",
-        max_steps=rounds + warmup,
+        max_steps=steps,
         max_epochs=-1,
         limit_val_batches=0,
         logger=False,
@@ -151,6 +187,44 @@ def time_echo(parties: int, rounds: int, warmup: int, width: int, batch: int, dt
     return statistics.median(times[warmup:])
 
 
+def time_async_echo(parties: int, rounds: int, warmup: int, shape, dtype, answer_size: int):
+    """Median seconds per server iteration of a bare asynchronous batch: M no-op actors, one
+    query each (c and c_hat of ``shape``), taken in arrival order, an answer submitted to each."""
+    actors = [ray.remote(Echo).options(num_cpus=0).remote() for _ in range(parties)]
+    idx = torch.arange(shape[1])
+    answer = torch.zeros(answer_size, dtype=torch.float64)
+    updates: list = []
+    times = []
+    for _ in range(rounds + warmup):
+        start = time.perf_counter()
+        ray.get(updates)
+        pending = [a.client_message.remote(idx, shape, dtype) for a in actors]
+        updates = []
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            ray.get(ready[0])
+            updates.append(actors[len(updates)].answer.remote(answer))
+        times.append((time.perf_counter() - start) / parties)
+    ray.get(updates)
+    for actor in actors:
+        ray.kill(actor)
+    return statistics.median(times[warmup:])
+
+
+def echo_round(algo: str, parties: int, rounds: int, warmup: int) -> tuple[int, int, float]:
+    """(parties, batch, seconds): the bare transport of one round of ``algo`` on digits with the
+    default party widths."""
+    if algo in FEDVS_ALGOS:
+        dtype = torch.int32 if algo == "fedvs" else torch.float32
+        return FEDVS_PARTIES, 64, time_echo(FEDVS_PARTIES, rounds, warmup, 16, 64, dtype)
+    if algo in CLIENT_PASSES:
+        # c and q = 1 perturbed output in float64, width 16; the losses [h, h_hat] back
+        seconds = time_async_echo(parties, rounds, warmup, (2, 32, 16), torch.float64, 2)
+        return parties, 32, seconds
+    dtype = torch.uint8 if algo == "pbm" else torch.float32
+    return parties, 32, time_echo(parties, rounds, warmup, 16, 32, dtype)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", default=["npq", "pbm"])
@@ -168,20 +242,17 @@ def main() -> None:
             timing = (args.parties, args.rounds, args.warmup, Path(tmp), args.time_scale)
             local, _ = time_run(algo, "local", *timing)
             remote, waiting = time_run(algo, "ray", *timing)
-            if algo in FEDVS_ALGOS:
-                parties, batch = FEDVS_PARTIES, 64
-                dtype = torch.int32 if algo == "fedvs" else torch.float32
-            else:
-                parties, batch = args.parties, 32
-                dtype = torch.uint8 if algo == "pbm" else torch.float32
-            echo = time_echo(parties, args.rounds, args.warmup, 16, batch, dtype)
+            parties, batch, echo = echo_round(algo, args.parties, args.rounds, args.warmup)
             rows.append((algo, parties, batch, local, remote, waiting, echo))
     ray.shutdown()
     header = (
         f"{'algo':12} {'M':>2} {'batch':>5} {'local r/s':>10} {'ray r/s':>8} {'ray/local':>9} "
         f"{'party calls':>11} {'echo ms':>8} {'echo share':>10}"
     )
-    print(f"digits; medians of {args.rounds} rounds; FedVS time_scale {args.time_scale}")
+    print(
+        f"digits; medians of {args.rounds} protocol steps (a round: a server update); FedVS "
+        f"time_scale {args.time_scale}"
+    )
     print(header)
     for algo, parties, batch, local, remote, waiting, echo in rows:
         print(

@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 
 from vfl_lightning.algorithms import HybridVFL
 from vfl_lightning.algorithms.zoo import (
+    client_query,
     flat_parameters,
     sample_directions,
     two_point_estimate,
@@ -76,9 +77,9 @@ def test_client_query_estimates_the_true_gradient_at_default_mu(zoo_space):
     xs = [torch.randn(5, 3, generator=gen) for _ in range(2)]
     y = torch.tensor([0, 1, 2, 1, 0])
     columns = [party(x).detach() for party, x in zip(module.parties, xs)]
-    query = module.zoo_query(0, xs[0], gen)
+    query = client_query(module.parties[0], xs[0], module.zoo_settings, gen)
     head = unflatten_parameters(module.head, flat_parameters(module.head))
-    losses = module.query_losses(columns, 0, query, y, head)
+    losses = module.query_losses(columns, 0, (query.embedding, query.perturbed), y, head)
     samples = (1 / MU) * (losses[1:] - losses[0]).reshape(n, *[1] * (query.directions.dim() - 1))
     samples = samples * query.directions
 

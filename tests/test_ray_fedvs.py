@@ -153,8 +153,8 @@ def test_time_scale_must_be_a_positive_number(make_cfg, value):
     with pytest.raises(ConfigError) as error:
         train(cfg)
     assert str(error.value) == (
-        "runtime.time_scale must be a finite number > 0 (real seconds slept per simulated "
-        f"second), got {value!r}"
+        "runtime.time_scale must be a finite number > 0 (real seconds slept per modelled "
+        f"second of delay), got {value!r}"
     )
 
 

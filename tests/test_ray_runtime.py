@@ -120,12 +120,21 @@ def test_model_digest_changes_with_one_bit_a_name_or_the_order():
 
 
 # ----------------------------------------------------------------- refusals (no Ray needed)
-@pytest.mark.parametrize("algo", ["cascade", "zoo_vfl", "syn_zoo_vfl", "vafl"])
-def test_ray_refuses_the_async_family_in_one_line(make_cfg, algo):
-    cfg = make_cfg(f"algo={algo}", "runtime=ray")
-    with pytest.raises(ConfigError, match=r"is not yet supported in the Ray runtime") as error:
+def test_ray_refuses_a_protocol_that_runs_only_locally_in_one_line(make_cfg, monkeypatch):
+    """Every built-in algo runs under Ray; a protocol class that declares only ``local`` (e.g. a
+    user's own) is refused, naming where it runs and what Ray runs."""
+    from vfl_lightning.algorithms.sync import SyncVFL
+
+    monkeypatch.setattr(SyncVFL, "RUNTIMES", ("local",))
+    cfg = make_cfg("algo=npq", "runtime=ray")
+    with pytest.raises(
+        ConfigError, match=r"^algo=npq does not run in the Ray runtime \(it runs on local\)"
+    ) as error:
         train(cfg)
-    assert "\n" not in str(error.value)
+    message = str(error.value)
+    assert "\n" not in message
+    assert "asynchronous: cascade, zoo_vfl, syn_zoo_vfl, vafl" in message
+    assert "FedVS: fedvs, fedvs_wait, fedvs_ignore, fedvs_wait_dp" in message
 
 
 def test_unknown_runtime_and_ddp_with_ray_are_refused(make_cfg):

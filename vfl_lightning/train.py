@@ -94,8 +94,8 @@ def build(cfg: DictConfig):
 
 RUNTIMES = ("local", "ray")
 RAY_ALGOS = (
-    "splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd, fedvs, fedvs_wait, fedvs_ignore, "
-    "fedvs_wait_dp"
+    "synchronous: splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd; asynchronous: cascade, "
+    "zoo_vfl, syn_zoo_vfl, vafl; FedVS: fedvs, fedvs_wait, fedvs_ignore, fedvs_wait_dp"
 )
 
 
@@ -114,10 +114,13 @@ def check_runtime(cfg: DictConfig) -> None:
     algo = get_class(cfg.algo._target_)
     if name not in algo.RUNTIMES:
         raise ConfigError(
-            f"algo={cfg.algo.get('name')} is not yet supported in the Ray runtime (a later step "
-            f"of issue 13); runtime=ray runs the synchronous family and FedVS: {RAY_ALGOS}"
+            f"algo={cfg.algo.get('name')} does not run in the Ray runtime (it runs on "
+            f"{', '.join(algo.RUNTIMES)}); runtime=ray runs {RAY_ALGOS}"
         )
     check_time_scale(cfg.runtime.get("time_scale"))
+    from vfl_lightning.runtime.ray_async import check_ray_options
+
+    check_ray_options(algo, cfg.algo)
     strategy = cfg.trainer.get("strategy")
     if strategy not in (None, "auto") or cfg.trainer.get("num_nodes", 1) != 1:
         raise ConfigError(
@@ -127,7 +130,8 @@ def check_runtime(cfg: DictConfig) -> None:
 
 
 def check_time_scale(value) -> float:
-    """``runtime.time_scale``: real seconds a party sleeps per simulated second of delay."""
+    """``runtime.time_scale``: real seconds a party sleeps per modelled second of delay (FedVS's
+    straggler delays, the asynchronous family's work times from ``algo.client_speeds``)."""
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -135,8 +139,8 @@ def check_time_scale(value) -> float:
         or value <= 0
     ):
         raise ConfigError(
-            f"runtime.time_scale must be a finite number > 0 (real seconds slept per simulated "
-            f"second), got {value!r}"
+            f"runtime.time_scale must be a finite number > 0 (real seconds slept per modelled "
+            f"second of delay), got {value!r}"
         )
     return float(value)
 
@@ -178,6 +182,9 @@ def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
     )
     if module.mechanism.uses_pair_masks:
         module.mechanism.set_pair_seeds({})
+    speeds = cfg.algo.get("client_speeds")
+    if speeds is not None:
+        parties.set_work_delays([float(s) for s in speeds], float(cfg.runtime.time_scale))
     module.attach_parties(parties)
 
 
@@ -374,7 +381,9 @@ def train(cfg: DictConfig) -> dict:
         )
         for logger in loggers:
             logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        # the checkpoint was unpickled in full above (load_resume_checkpoint): Lightning's own
+        # weights-only load would refuse list-valued hyperparameters (e.g. algo.client_speeds)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
         module.check_finite()
         fit_metrics = {k: _scalar(v) for k, v in trainer.callback_metrics.items()}
         test_metrics = {}

@@ -11,7 +11,7 @@ from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.staleness import ClientActivation, EmbeddingTable
 from vfl_lightning.algorithms.zoo import (
     ZOO_SPACES,
-    ZooQuery,
+    ZooSettings,
     batch_losses,
     check_zoo_options,
     double_parameters,
@@ -38,18 +38,25 @@ class HybridVFL(VFLModule):
     (``synchronous=True``).
 
     One server iteration (Algorithm 1) with client m active on batch B, one method per step:
-    1. :meth:`clients_send`: a ZOO client sends c = F_m(w_m; x) and c_hat_k = F_m(w_m + mu u_k; x),
-       k = 1..q (eq. 2, ``zoo_space='params'``) or c_hat_k = c + mu u_k (``'output'``, the
-       authors' later code); a FOO client sends c. The server writes c into its table of the
-       latest embedding of every (sample, client); :meth:`refresh_stale` has every entry of B
-       older than ``max_staleness`` iterations re-sent by its client (bounded delay, the paper's
+    1. the client's message (:meth:`Parties.client_messages`, wherever the parties run): a ZOO
+       client sends c = F_m(w_m; x) and c_hat_k = F_m(w_m + mu u_k; x), k = 1..q (eq. 2,
+       ``zoo_space='params'``) or c_hat_k = c + mu u_k (``'output'``, the authors' later code); a
+       FOO client sends c. :meth:`receive`: the server writes c into its table of the latest
+       embedding of every (sample, client); :meth:`refresh_stale` has every entry of B older
+       than ``max_staleness`` iterations re-sent by its client (bounded delay, the paper's
        Assumption); the server reads the other clients' entries of B from the table.
     2. :meth:`answer_queries`: the server answers a ZOO query with the batch-mean losses h and
        h_hat_k, computed in float64 from the SAME head parameters, before its own update.
     3. :meth:`update_server`: one step on the head (backprop, sending a FOO client dL/dc; or its
-       own two-point estimate on the head parameters for ZOO); :meth:`update_clients`: the client
-       steps with (phi(d)/mu) mean_k (h_hat_k - h) u_k (eq. 3), back-propagated locally through
-       its model when ``zoo_space='output'``, or with dL/dc.
+       own two-point estimate on the head parameters for ZOO); the client steps
+       (:meth:`Parties.answer_client`) with (phi(d)/mu) mean_k (h_hat_k - h) u_k (eq. 3),
+       back-propagated locally through its model when ``zoo_space='output'``, or with dL/dc.
+
+    Where the parties run decides the order of a batch's iterations: all the batch's clients
+    are asked at once and each message is one server iteration as it arrives. Local parties
+    answer in the order the speed model draws (:meth:`ClientActivation.next_pass`); Ray actors
+    compute concurrently and answer in the order they really finish (``runtime=ray``, see
+    docs/runtime.md).
 
     Epochs (``epoch``): ``'client_pass'`` (default) has every client process every batch once,
     in the order the clients finish (:meth:`ClientActivation.next_pass`), so an epoch is M·N/B
@@ -63,6 +70,8 @@ class HybridVFL(VFLModule):
     fills the table is sent over the wire too (kind ``initial_embedding``), and so are refreshed
     entries (kind ``refreshed_embedding``, counted in ``async/refreshes``).
     """
+
+    RUNTIMES = ("local", "ray")
 
     def __init__(
         self,
@@ -163,55 +172,34 @@ class HybridVFL(VFLModule):
                 f"algo={self.name} fills the server's embedding table from the datamodule's "
                 "preloaded training split: fit with a VerticalDataModule"
             )
-        xs = splits["train"].xs
-        columns = []
-        with torch.no_grad():
-            for m, party in enumerate(self.parties):
-                chunks = [
-                    party(xs[m][start : start + INITIAL_PASS_CHUNK].to(self.device))
-                    for start in range(0, len(xs[m]), INITIAL_PASS_CHUNK)
-                ]
-                column = torch.cat(chunks)
-                self.wire.send(UPLINK, m, column, kind="initial_embedding")
-                columns.append(column)
-        return EmbeddingTable.from_initial_pass(columns)
+        columns = self.party_side.initial_embeddings(splits["train"].xs, chunk=INITIAL_PASS_CHUNK)
+        for m, column in enumerate(columns):
+            self.wire.send(UPLINK, m, column, kind="initial_embedding")
+        return EmbeddingTable.from_initial_pass([column.to(self.device) for column in columns])
 
     # ----------------------------------------------------------------- one iteration
-    def schedule(self) -> list[list[int]]:
-        """The active clients of each server iteration on the current batch."""
+    def schedule(self) -> tuple[list[int], bool]:
+        """The clients asked at once on the current batch, and whether all their messages make
+        one server iteration (synchronous) or each message its own, as it arrives."""
         if self.synchronous:
-            return [list(range(self.num_parties))]
+            return list(range(self.num_parties)), True
         if self.passes:
-            return [[m] for m in self.activation.next_pass()]
-        return [[self.activation.next()]]
-
-    def zoo_query(self, m: int, x: torch.Tensor, generator: torch.Generator) -> ZooQuery:
-        """Client m's outputs c and c_hat_k = F_m(w_m + mu u_k; x) (eq. 2) or c + mu u_k."""
-        party = self.parties[m]
-        q = self.num_directions
-        if self.zoo_space == "params":
-            w = flat_parameters(party)
-            u = sample_directions(q, w.shape, direction=self.direction, generator=generator)
-            with torch.no_grad():
-                outputs = perturbed_outputs(party, torch.cat([w[None], w + self.mu * u]), x)
-            c, perturbed = outputs[0], outputs[1:]
-            return ZooQuery(c, perturbed, u, None)
-        output = party(x)
-        c = output.detach().double()
-        u = sample_directions(q, c.shape, direction=self.direction, generator=generator)
-        return ZooQuery(c, c + self.mu * u, u, output)
+            return self.activation.next_pass(), False
+        return [self.activation.next()], False
 
     def query_losses(
         self,
         columns: list[torch.Tensor],
         m: int,
-        query: ZooQuery,
+        query: tuple[torch.Tensor, torch.Tensor],
         y: torch.Tensor,
         head_parameters: dict[str, torch.Tensor],
     ) -> torch.Tensor:
-        """The server's answer [h, h_hat_1..h_hat_q]: batch-mean losses in float64, client m's
-        column replaced by c, then by each c_hat_k, all with the same head parameters."""
-        candidates = torch.cat([query.embedding[None], query.perturbed])
+        """The server's answer [h, h_hat_1..h_hat_q] to client m's query (c, c_hat): batch-mean
+        losses in float64, client m's column replaced by c, then by each c_hat_k, all with the
+        same head parameters."""
+        embedding, perturbed = query
+        candidates = torch.cat([embedding[None], perturbed])
         inputs = [column.double().expand(len(candidates), *column.shape) for column in columns]
         inputs[m] = candidates
         with torch.no_grad():
@@ -243,50 +231,57 @@ class HybridVFL(VFLModule):
     def protocol_step(self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor):
         """Every server iteration of one batch; returns (mean loss, logits of the last one).
 
-        ``last_ages`` holds the table ages the server used: the (B, M) ages of each iteration,
-        concatenated along the rows.
+        The schedule's clients are asked for their messages at once
+        (:meth:`Parties.client_messages`); with one client per iteration each message that
+        arrives is one server iteration. ``last_ages`` holds the table ages the server used: the
+        (B, M) ages of each iteration, concatenated along the rows.
         """
         if self.table is None:
             raise RuntimeError("the embedding table is filled at train start: call trainer.fit")
         losses, ages = [], []
-        for active in self.schedule():
+        clients, together = self.schedule()
+        messages = self.party_side.client_messages(clients, xs, idx, zoo=self.zoo_settings)
+        for arrived in [list(messages)] if together else ([m] for m in messages):
             iteration = int(self.global_step)
-            loss, logits = self.server_iteration(active, xs, y, idx)
+            loss, logits = self.server_iteration(arrived, xs, y, idx)
             losses.append(loss.detach())
             ages.append(self.table.ages(idx, iteration))
         self.last_ages = torch.cat(ages)
         return torch.stack(losses).mean(), logits
 
-    def server_iteration(self, active: list[int], xs, y, idx):
-        """Algorithm 1, one iteration with the ``active`` clients; returns (loss, logits)."""
+    @property
+    def zoo_settings(self) -> ZooSettings | None:
+        """What a ZOO client's query asks for (None: first-order clients)."""
+        if self.client_update != "zoo":
+            return None
+        return ZooSettings(self.num_directions, self.mu, self.direction, self.zoo_space)
+
+    def server_iteration(self, arrived, xs, y, idx):
+        """Algorithm 1, one iteration with the clients whose messages ``arrived`` (client, c,
+        c_hat); returns (loss, logits)."""
         iteration = int(self.global_step)
-        queries, outputs = self.clients_send(active, xs, idx, iteration)
+        queries = self.receive(arrived, idx, iteration)
         self.refresh_stale(xs, idx, iteration)
         columns = self.table.read(idx)
         received = self.answer_queries(queries, columns, y)
-        loss, logits = self.update_server(columns, outputs, received, y)
-        self.update_clients(active, queries, outputs, received)
+        loss, logits = self.update_server(columns, [m for m, _, _ in arrived], received, y)
+        for m, _, _ in arrived:
+            self.party_side.answer_client(m, received[m])
         self.wire.end_round()
         return loss, logits
 
-    def clients_send(self, active, xs, idx, iteration):
-        """Step 1, client side: queries of ZOO clients, outputs (with graph) of FOO clients; the
-        server writes the received c into its table."""
-        generator = self.generator("train")
-        queries: dict[int, ZooQuery] = {}
-        outputs: dict[int, torch.Tensor] = {}
-        for m in active:
-            if self.client_update == "zoo":
-                query = self.zoo_query(m, xs[m], generator)
-                embedding = self.wire.send(UPLINK, m, query.embedding, kind="embedding")
-                for perturbed in query.perturbed:
-                    self.wire.send(UPLINK, m, perturbed, kind="perturbed_embedding")
-                queries[m] = query
-            else:
-                outputs[m] = self.parties[m](xs[m])
-                embedding = self.wire.send(UPLINK, m, outputs[m], kind="embedding")
+    def receive(self, arrived, idx, iteration) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Step 1, server side: each message crosses the wire (a ZOO client's c and c_hat in
+        float64, a FOO client's c) and its c is written into the table. Returns the queries."""
+        queries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for m, embedding, perturbed in arrived:
+            embedding = self.wire.send(UPLINK, m, embedding, kind="embedding")
+            if perturbed is not None:
+                for row in perturbed:
+                    self.wire.send(UPLINK, m, row, kind="perturbed_embedding")
+                queries[m] = (embedding, perturbed)
             self.table.write(idx, m, embedding, iteration)
-        return queries, outputs
+        return queries
 
     def refresh_stale(self, xs, idx, iteration: int) -> None:
         """Bounded delay: every entry of the batch older than ``max_staleness`` iterations is
@@ -298,8 +293,7 @@ class HybridVFL(VFLModule):
             rows = stale[:, m].nonzero().squeeze(1)
             if rows.numel() == 0:
                 continue
-            with torch.no_grad():
-                fresh = self.parties[m](xs[m][rows])
+            fresh = self.party_side.embed_rows(m, xs[m][rows], idx[rows])
             sent = self.wire.send(UPLINK, m, fresh, kind="refreshed_embedding")
             self.table.write(idx[rows], m, sent, iteration)
             self.refreshes += int(rows.numel())
@@ -316,46 +310,26 @@ class HybridVFL(VFLModule):
                 )
         return received
 
-    def update_server(self, columns, outputs, received, y):
-        """Step 3, server: backprop on the head (dL/dc to each FOO client) or its own ZOO
-        estimate; the server optimizer steps. Returns (loss, logits)."""
+    def update_server(self, columns, active, received, y):
+        """Step 3, server: backprop on the head (dL/dc to each FOO client in ``active``) or its own
+        ZOO estimate; the server optimizer steps. Returns (loss, logits). The clients step with
+        what they received (:meth:`Parties.answer_client`)."""
         _, server_opt = self.split_optimizers()
         server_opt.zero_grad()
+        first_order = [m for m in active if m not in received]
         if self.server_update == "foo":
             inputs = list(columns)
-            for m in outputs:
+            for m in first_order:
                 inputs[m] = inputs[m].requires_grad_()
             logits = self.head(self.mechanism.fuse(inputs))
             loss = self.loss_fn(logits, y)
             self.server_backward(loss)
-            for m in outputs:
+            for m in first_order:
                 received[m] = self.wire.send(DOWNLINK, m, inputs[m].grad, kind="gradient")
         else:
             loss, logits = self.zoo_server_gradient(columns, y, self.generator("train"))
         self.step_server(server_opt)
         return loss, logits
-
-    def update_clients(self, active, queries, outputs, received) -> None:
-        """Step 3, clients: eq. 3 from the returned losses, or backprop of dL/dc; one step each."""
-        party_opts, _ = self.split_optimizers()
-        for m in active:
-            opt = party_opts[m]
-            opt.zero_grad()
-            if m in queries:
-                self.apply_zoo_estimate(m, queries[m], received[m])
-            else:
-                self.backward_parties([outputs[m]], [received[m]])
-            self.step_party(opt)
-
-    def apply_zoo_estimate(self, m: int, query: ZooQuery, losses: torch.Tensor) -> None:
-        """Client m's gradient estimate (eq. 3) from the two returned losses, as ``.grad``."""
-        estimate = two_point_estimate(
-            losses[0], losses[1:], query.directions, mu=self.mu, direction=self.direction
-        )
-        if query.output is None:
-            set_gradient(self.parties[m], estimate)
-        else:
-            self.backward_parties([query.output], [estimate.to(query.output.dtype)])
 
     def training_step(self, batch, batch_idx):
         xs, y, idx = batch

@@ -97,6 +97,18 @@ def set_gradient(module: nn.Module, flat_gradient: torch.Tensor) -> None:
         p.grad = pieces[name].to(p.dtype)
 
 
+@dataclass(frozen=True)
+class ZooSettings:
+    """What a ZOO query asks of a client (eq. 2): ``num_directions`` directions of kind
+    ``direction``, smoothing ``mu``, perturbing its parameters (``space='params'``) or its output
+    (``'output'``)."""
+
+    num_directions: int
+    mu: float
+    direction: str
+    space: str
+
+
 @dataclass
 class ZooQuery:
     """Client m's query: c and the q perturbed outputs c_hat_k (float64), the directions u_k it
@@ -159,3 +171,30 @@ def batch_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     k, b = logits.shape[:2]
     per_sample = F.cross_entropy(logits.reshape(k * b, -1), y.repeat(k), reduction="none")
     return per_sample.reshape(k, b).mean(1)
+
+
+def client_query(
+    model: nn.Module, x: torch.Tensor, settings: ZooSettings, generator: torch.Generator
+) -> ZooQuery:
+    """A client's query: c = F_m(w_m; x) and c_hat_k = F_m(w_m + mu u_k; x) (eq. 2,
+    ``space='params'``) or c_hat_k = c + mu u_k (``'output'``), directions from ``generator``."""
+    q = settings.num_directions
+    if settings.space == "params":
+        w = flat_parameters(model)
+        u = sample_directions(q, w.shape, direction=settings.direction, generator=generator)
+        with torch.no_grad():
+            outputs = perturbed_outputs(model, torch.cat([w[None], w + settings.mu * u]), x)
+        return ZooQuery(outputs[0], outputs[1:], u, None)
+    output = model(x)
+    c = output.detach().double()
+    u = sample_directions(q, c.shape, direction=settings.direction, generator=generator)
+    return ZooQuery(c, c + settings.mu * u, u, output)
+
+
+def client_estimate(query: ZooQuery, losses: torch.Tensor, settings: ZooSettings) -> torch.Tensor:
+    """The client's eq. 3 estimate from the returned losses [h, h_hat_1..h_hat_q]: a flat
+    parameter gradient (``space='params'``) or dL/dc for its local backprop (``'output'``)."""
+    estimate = two_point_estimate(
+        losses[0], losses[1:], query.directions, mu=settings.mu, direction=settings.direction
+    )
+    return estimate if query.output is None else estimate.to(query.output.dtype)

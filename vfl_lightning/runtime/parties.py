@@ -1,44 +1,59 @@
 """The parties as the server reaches them: one small interface (send a batch's messages, apply a
-received gradient and step, state) with the local implementation; Ray actors are the other one."""
+received gradient and step, answer the asynchronous family's queries, state) with the local
+implementation; Ray actors are the other one."""
 
 from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
 from vfl_lightning.algorithms.party_steps import zero_together
+from vfl_lightning.algorithms.zoo import (
+    ZooQuery,
+    ZooSettings,
+    client_estimate,
+    client_query,
+    set_gradient,
+)
 from vfl_lightning.mechanisms.secure_agg import splitmix64_int
 
-STAGE_OFFSETS = {"train": 0, "val": 1, "test": 2, "fedvs_data": 4}
-"""Stream offsets; ``fedvs_data``: FedVS data-share masks, re-drawn from the seed on resume."""
+STAGE_OFFSETS = {"train": 0, "val": 1, "test": 2, "fedvs_data": 4, "delays": 5}
+"""Stream offsets; ``fedvs_data``: FedVS data-share masks, re-drawn from the seed on resume;
+``delays``: an asynchronous client's real work delays under ``runtime=ray`` (checkpointed)."""
 
 
 def party_seed(seed: int, stage: str, party: int) -> int:
-    """The seed of party ``party``'s generator for ``stage`` (its own noise: PBM counts, LDP)."""
+    """The seed of party ``party``'s generator for ``stage`` (its own noise: PBM counts, LDP, ZOO
+    directions under Ray; ``delays``: its simulated work delays under Ray)."""
     base = int(seed) * 1_000_003 + 7919 * STAGE_OFFSETS.get(stage, 3) + 17
     return splitmix64_int(splitmix64_int(base) ^ splitmix64_int(int(party) + 1)) & (2**63 - 1)
 
 
+CONTINUING_STREAMS = ("train", "delays")
+"""Party streams that continue across checkpoints (the others restart at every evaluation)."""
+
+
 class PartyGenerators:
-    """One party's generators: ``train`` continues across checkpoints, every evaluation stage
-    restarts from its seed at :meth:`restart` (evaluation never shifts training randomness)."""
+    """One party's generators: ``train`` (and ``delays``, Ray's work delays, once used) continue
+    across checkpoints, every evaluation stage restarts from its seed at :meth:`restart`
+    (evaluation never shifts training randomness)."""
 
     def __init__(self, seed: int, party: int, device: torch.device | str = "cpu") -> None:
         self.seed, self.party, self.device = int(seed), int(party), torch.device(device)
         self.streams: dict[str, torch.Generator] = {}
-        self._pending_train_state: torch.Tensor | None = None
+        self._pending_states: dict[str, torch.Tensor] = {}
 
     def get(self, stage: str) -> torch.Generator:
         gen = self.streams.get(stage)
         if gen is None:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(party_seed(self.seed, stage, self.party))
-            if stage == "train" and self._pending_train_state is not None:
-                gen.set_state(self._pending_train_state)
-                self._pending_train_state = None
+            pending = self._pending_states.pop(stage, None)
+            if pending is not None:
+                gen.set_state(pending)
             self.streams[stage] = gen
         return gen
 
@@ -52,11 +67,18 @@ class PartyGenerators:
         self.streams.pop(stage, None)
 
     def state_dict(self) -> dict:
-        return {"train": self.get("train").get_state()}
+        state = {"train": self.get("train").get_state()}
+        for stage in CONTINUING_STREAMS[1:]:
+            if stage in self.streams or stage in self._pending_states:
+                state[stage] = self.get(stage).get_state()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.streams.pop("train", None)
-        self._pending_train_state = state["train"]
+        for stage in CONTINUING_STREAMS:
+            self.streams.pop(stage, None)
+            self._pending_states.pop(stage, None)
+            if stage in state:
+                self._pending_states[stage] = state[stage]
 
 
 def tensor_digest(named: Sequence[tuple[str, torch.Tensor]]):
@@ -95,6 +117,44 @@ class Parties(ABC):
         """Party m: h_m.backward(g_m), then its optimizer steps. ``fresh``: first recompute h_m on
         the last training batch with the current parameters (a FedBCD local update); ``mu`` > 0
         adds the proximal gradient μ(θ − θ_anchor) (anchor set by :meth:`set_anchor`)."""
+
+    # ------------------------------------------------------- the asynchronous family
+    @abstractmethod
+    def initial_embeddings(self, xs: Sequence[torch.Tensor], *, chunk: int) -> list[torch.Tensor]:
+        """Each party's embedding of the whole training split (``xs``: the local slices), without
+        gradient, computed ``chunk`` rows at a time: the initial pass that fills the server's
+        table (the Ray actors embed the slices they hold)."""
+
+    @abstractmethod
+    def embed_rows(self, party: int, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Party ``party``'s embedding, without gradient, of training rows ``idx`` (``x``: its
+        slice of them): a refreshed table entry."""
+
+    @abstractmethod
+    def client_messages(
+        self,
+        clients: Sequence[int],
+        xs: Sequence[torch.Tensor],
+        idx: torch.Tensor,
+        *,
+        zoo: ZooSettings | None,
+    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor | None]]:
+        """Each client in ``clients`` computes its message for training rows ``idx``; yields
+        (client, c, c_hat) in the order the messages arrive.
+
+        With ``zoo``: a ZOO query (:func:`~vfl_lightning.algorithms.zoo.client_query`), c and the
+        q perturbed outputs c_hat in float64; the client keeps its directions. Without: a FOO
+        client's float32 embedding c (c_hat None); the client keeps its forward. Either way it
+        waits for :meth:`answer_client`. Local parties compute the messages one at a time in the
+        order of ``clients``, each when the server asks for the next one; Ray actors compute them
+        all at once and the server takes them as they finish.
+        """
+
+    @abstractmethod
+    def answer_client(self, party: int, answer: torch.Tensor) -> None:
+        """Client ``party`` finishes the update its last message started, from what the server
+        answered: the query's losses [h, h_hat_1..h_hat_q] (eq. 3, back-propagated through its
+        model when perturbing its output) or dL/dc; its optimizer steps."""
 
     @abstractmethod
     def set_anchor(self) -> None:
@@ -136,6 +196,9 @@ class LocalParties(Parties):
         self._last_xs: Sequence[torch.Tensor] | None = None
         self._last_embeddings: list[torch.Tensor] | None = None
         self._anchors: list[list[torch.Tensor]] | None = None
+        self._queries: dict[int, ZooQuery] = {}
+        self._outputs: dict[int, torch.Tensor] = {}
+        self._zoo: ZooSettings | None = None
 
     def stage_generators(self, stage: str) -> list[torch.Generator]:
         device = self.module.device
@@ -168,6 +231,51 @@ class LocalParties(Parties):
             torch.autograd.backward(torch.stack(penalties).sum())
         module.step_parties(party_opts)
         self._last_embeddings = None
+
+    def initial_embeddings(self, xs, *, chunk):
+        device = self.module.device
+        with torch.no_grad():
+            return [
+                torch.cat(
+                    [
+                        party(x[start : start + chunk].to(device))
+                        for start in range(0, len(x), chunk)
+                    ]
+                )
+                for party, x in zip(self.module.parties, xs, strict=True)
+            ]
+
+    def embed_rows(self, party, x, idx):
+        with torch.no_grad():
+            return self.module.parties[party](x)
+
+    def client_messages(self, clients, xs, idx, *, zoo):
+        """Local: in the order of ``clients``, each computed when asked for; ZOO directions come
+        from the module's training generator (one stream for every client, as before Ray)."""
+        self._zoo = zoo
+        for m in clients:
+            party = self.module.parties[m]
+            if zoo is None:
+                self._outputs[m] = party(xs[m])
+                yield m, self._outputs[m].detach(), None
+                continue
+            query = client_query(party, xs[m], zoo, self.module.generator("train"))
+            self._queries[m] = query
+            yield m, query.embedding, query.perturbed
+
+    def answer_client(self, party, answer):
+        module = self.module
+        party_opts, _ = module.split_optimizers()
+        opt = party_opts[party]
+        opt.zero_grad()
+        query = self._queries.pop(party, None)
+        if query is None:
+            module.backward_parties([self._outputs.pop(party)], [answer])
+        elif query.output is None:
+            set_gradient(module.parties[party], client_estimate(query, answer, self._zoo))
+        else:
+            module.backward_parties([query.output], [client_estimate(query, answer, self._zoo)])
+        module.step_party(opt)
 
     def set_anchor(self):
         self._anchors = [

@@ -12,6 +12,7 @@ from ray.exceptions import RayActorError
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.keys import fresh_private_key, party_pair_seeds, public_bytes
 from vfl_lightning.runtime.parties import Parties, PartyGenerators, proximal_term, scale_lr
+from vfl_lightning.runtime.ray_async import AsyncPartyMethods, AsyncRayMethods
 
 ACTOR_GROUPS = ("seed", "data", "party", "mechanism", "optimizer")
 """The config groups a party actor is built from (never the head, the labels' use, the algo)."""
@@ -35,13 +36,14 @@ def serialized_bytes(value) -> int:
     return int(context.serialize(value).total_bytes)
 
 
-class PartyActor:
+class PartyActor(AsyncPartyMethods):
     """Party ``party`` of the run described by ``config`` (the groups in ``ACTOR_GROUPS``).
 
     It builds the data module from the same data config and partition and keeps only its own
     slice of each split (no labels, no other party's columns); builds the party models in the
     driver's order under the run's seed and keeps its own (so initial parameters equal the local
-    runtime's); builds its optimizer and mechanism; makes a fresh X25519 key.
+    runtime's); builds its optimizer and mechanism; makes a fresh X25519 key. The asynchronous
+    family's calls are in :class:`~vfl_lightning.runtime.ray_async.AsyncPartyMethods`.
     """
 
     def __init__(self, config: dict, party: int, num_threads: int) -> None:
@@ -158,10 +160,12 @@ def party_options(party_resources, num_parties: int) -> list[dict]:
     return [{"num_cpus": 0} | options for options in per_party]
 
 
-class RayParties(Parties):
+class RayParties(AsyncRayMethods, Parties):
     """The parties as Ray actor handles: every call goes to all actors at once and waits for
-    every reply. The server relays the parties' public keys and never holds a pair seed. Every
-    training message is counted in ``ledger.serialized_bytes`` as Ray serializes it."""
+    every reply (the asynchronous family's calls, in
+    :class:`~vfl_lightning.runtime.ray_async.AsyncRayMethods`, take replies as they arrive). The
+    server relays the parties' public keys and never holds a pair seed. Every training message is
+    counted in ``ledger.serialized_bytes`` as Ray serializes it."""
 
     name = "ray"
 
@@ -181,6 +185,7 @@ class RayParties(Parties):
         self.ledger = ledger
         self.round_fn = round_fn
         self.device_fn = device_fn
+        self.updates: dict[int, ray.ObjectRef] = {}
         public_keys = self._get([a.public_key.remote() for a in self.actors], "key setup")
         self._get([a.agree.remote(public_keys) for a in self.actors], "key agreement")
 
@@ -190,7 +195,9 @@ class RayParties(Parties):
 
     def _get(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
         """Every reply, or :class:`PartyLost` naming the first party whose actor died
-        (``parties[i]``: the party that answers ``refs[i]``; default: party i)."""
+        (``parties[i]``: the party that answers ``refs[i]``; default: party i). The asynchronous
+        family's submitted updates are checked first (:meth:`settle`)."""
+        self.settle()
         try:
             return ray.get(refs)
         except RayActorError as error:
@@ -198,19 +205,29 @@ class RayParties(Parties):
                 try:
                     ray.get(ref)
                 except RayActorError:
-                    raise PartyLost(
-                        f"party {party}'s Ray actor died at training round {self.round_fn()} "
-                        f"({what}); the run stopped, its last checkpoint is intact (resume with "
-                        "ckpt_path=<run dir>/checkpoints/last.ckpt)"
-                    ) from error
+                    raise self.lost(party, what) from error
             raise
+
+    def get_party(self, party: int, ref, what: str):
+        """Party ``party``'s reply, or :class:`PartyLost` if its actor died."""
+        try:
+            return ray.get(ref)
+        except RayActorError as error:
+            raise self.lost(party, what) from error
+
+    def lost(self, party: int, what: str) -> PartyLost:
+        return PartyLost(
+            f"party {party}'s Ray actor died at training round {self.round_fn()} ({what}); the "
+            "run stopped, its last checkpoint is intact (resume with "
+            "ckpt_path=<run dir>/checkpoints/last.ckpt)"
+        )
 
     def send(self, xs, idx, *, stage, round):
         if stage not in SPLITS:
             raise ValueError(
                 f"runtime=ray embeds rows of the train, val or test split by index, not {stage!r}"
             )
-        idx = idx.to("cpu")
+        idx = idx.to("cpu", copy=True)  # a batch's indices are a view of the epoch's permutation
         replies = self._get([a.send.remote(idx, stage, round) for a in self.actors], "send")
         if stage == "train" and self.ledger is not None:
             self.ledger.record_serialized(sum(nbytes for _, nbytes in replies))

@@ -1,0 +1,202 @@
+"""runtime=ray for the asynchronous family (cascade, zoo_vfl, syn_zoo_vfl, vafl): the party actor's
+side of a ZOO query or embedding (with a real work delay) and the server's side, which takes the
+clients' messages in the order they arrive (``ray.wait``), so the table's staleness is real."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import ray
+import torch
+
+from vfl_lightning.algorithms.zoo import (
+    ZooQuery,
+    ZooSettings,
+    client_estimate,
+    client_query,
+    set_gradient,
+)
+from vfl_lightning.errors import ConfigError
+
+DELAY_STREAM = "delays"
+"""The party generator stream its work delays are drawn from (checkpointed with the actor)."""
+
+
+def check_ray_options(algo_class: type, algo) -> None:
+    """Refuse, in one line each, what ``runtime=ray`` does not run of the asynchronous family:
+    ``algo.activation_order`` (the arrival order is real) and ``algo.epoch=server_iterations``
+    (one client per batch)."""
+    from vfl_lightning.algorithms.asynchronous import HybridVFL
+
+    if not issubclass(algo_class, HybridVFL):
+        return
+    name = algo.get("name")
+    if algo.get("activation_order") is not None:
+        raise ConfigError(
+            f"algo.activation_order={list(algo.activation_order)} cannot be used with runtime=ray: "
+            f"the clients' messages are taken in the order they really arrive (set "
+            f"algo.client_speeds to make some clients slower, or use runtime=local for algo={name})"
+        )
+    if not algo.get("synchronous") and algo.get("epoch") == "server_iterations":
+        raise ConfigError(
+            f"algo.epoch=server_iterations is not supported with runtime=ray (algo={name}): every "
+            "batch goes to all clients and their messages are taken as they arrive; use "
+            "algo.epoch=client_pass, or runtime=local"
+        )
+
+
+class AsyncPartyMethods:
+    """The asynchronous family's calls on a party actor (mixed into
+    :class:`~vfl_lightning.runtime.ray_parties.PartyActor`, which holds ``model``, ``optimizer``,
+    ``features``, ``generators`` and ``device``).
+
+    A query's directions come from the party's own training generator (seeded by ``party_seed``),
+    so ZOO runs differ from ``runtime=local`` (one module generator for every client). With a
+    work delay set, the party sleeps Exp(rate = speed) × ``time_scale`` seconds, drawn from its
+    own ``delays`` stream, before computing each message: the real time a slower client takes.
+    """
+
+    work_mean_s: float | None = None
+    """Mean work delay in seconds (None: no delay, the default with equal client speeds)."""
+    zoo: ZooSettings | None = None
+    """The settings of the last message's query (None: a first-order message)."""
+    query: ZooQuery | None = None
+    """The last query, its directions kept until its losses come back."""
+
+    def set_work_delay(self, speed: float, time_scale: float) -> None:
+        self.work_mean_s = float(time_scale) / float(speed)
+
+    def work_delay(self) -> None:
+        """Sleep this party's next work delay (none unless :meth:`set_work_delay` was called)."""
+        if self.work_mean_s is None:
+            return
+        uniform = torch.rand((), generator=self.generators.get(DELAY_STREAM), dtype=torch.float64)
+        time.sleep(-math.log1p(-float(uniform)) * self.work_mean_s)
+
+    def initial_embeddings(self, chunk: int):
+        """(embedding of the whole training split, serialized bytes), ``chunk`` rows at a time."""
+        from vfl_lightning.runtime.ray_parties import serialized_bytes
+
+        features = self.features["train"]
+        self.model.train(True)
+        with torch.no_grad():
+            pieces = [
+                self.model(features[start : start + chunk])
+                for start in range(0, len(features), chunk)
+            ]
+        column = torch.cat(pieces).to("cpu")
+        return column, serialized_bytes(column)
+
+    def embed_rows(self, idx: torch.Tensor):
+        """(embedding of training rows ``idx`` without gradient, serialized bytes): a refresh."""
+        from vfl_lightning.runtime.ray_parties import serialized_bytes
+
+        self.model.train(True)
+        with torch.no_grad():
+            out = self.model(self.features["train"][idx.to(self.device)]).to("cpu")
+        return out, serialized_bytes(out)
+
+    def client_message(self, idx: torch.Tensor, zoo: ZooSettings | None):
+        """((c, c_hat), serialized bytes) for training rows ``idx``: a ZOO query in float64
+        (c_hat None for a FOO client, whose forward is kept)."""
+        from vfl_lightning.runtime.ray_parties import serialized_bytes
+
+        self.work_delay()
+        x = self.features["train"][idx.to(self.device)]
+        self.model.train(True)
+        self.zoo = zoo
+        if zoo is None:
+            self._h = self.model(x)
+            message = (self._h.detach().to("cpu"), None)
+        else:
+            self.query = client_query(self.model, x, zoo, self.generators.get("train"))
+            # copies: c and c_hat are views of one (1 + q, B, P) tensor, and Ray would serialize
+            # its whole storage with each of them
+            message = (
+                self.query.embedding.to("cpu", copy=True),
+                self.query.perturbed.to("cpu", copy=True),
+            )
+        return message, serialized_bytes(message)
+
+    def answer(self, answer: torch.Tensor) -> None:
+        """Finish the update of the last message: eq. 3 from the losses, or backprop of dL/dc."""
+        self.optimizer.zero_grad()
+        answer = answer.to(self.device)
+        if self.zoo is None:
+            self._h.backward(answer)
+            self._h = None
+        else:
+            estimate = client_estimate(self.query, answer, self.zoo)
+            if self.query.output is None:
+                set_gradient(self.model, estimate)
+            else:
+                self.query.output.backward(estimate)
+            self.query = None
+        self.optimizer.step()
+
+
+class AsyncRayMethods:
+    """The asynchronous family's calls on the party actors, mixed into
+    :class:`~vfl_lightning.runtime.ray_parties.RayParties` (``actors``, ``ledger``,
+    ``device_fn``, ``updates``, ``_get``, ``lost``).
+
+    :meth:`client_messages` submits the batch to every active actor at once and yields the
+    replies in arrival order (``ray.wait``, one at a time). :meth:`answer_client` submits the
+    client's update without waiting: an actor runs its requests in submission order, so its next
+    message starts after its update; the update's reference is checked when that next message
+    arrives (or before any call to every actor), so a failed update is not lost.
+    """
+
+    def set_work_delays(self, speeds: Sequence[float], time_scale: float) -> None:
+        """Party m sleeps Exp(rate = speeds[m]) × ``time_scale`` seconds before each message
+        (``speeds`` as validated by :class:`~vfl_lightning.algorithms.staleness.ClientActivation`)."""
+        actors = zip(self.actors, speeds, strict=True)
+        refs = [actor.set_work_delay.remote(speed, time_scale) for actor, speed in actors]
+        self._get(refs, "work delays")
+
+    def initial_embeddings(self, xs, *, chunk):
+        replies = self._get([a.initial_embeddings.remote(chunk) for a in self.actors], "initial")
+        self.record(sum(nbytes for _, nbytes in replies))
+        device = self.device_fn()
+        return [column.to(device) for column, _ in replies]
+
+    def embed_rows(self, party, x, idx):
+        ref = self.actors[party].embed_rows.remote(idx.to("cpu", copy=True))
+        embedding, nbytes = self.get_party(party, ref, "refresh")
+        self.record(nbytes)
+        return embedding.to(self.device_fn())
+
+    def client_messages(self, clients, xs, idx, *, zoo):
+        idx = idx.to("cpu", copy=True)  # a batch's indices are a view of the epoch's permutation
+        what = "embedding" if zoo is None else "query"
+        owner = {self.actors[m].client_message.remote(idx, zoo): m for m in clients}
+        pending = list(owner)
+        device = self.device_fn()
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            m = owner[ready[0]]
+            (embedding, perturbed), nbytes = self.get_party(m, ready[0], what)
+            self.settle(m)
+            self.record(nbytes)
+            yield m, embedding.to(device), None if perturbed is None else perturbed.to(device)
+
+    def answer_client(self, party, answer):
+        from vfl_lightning.runtime.ray_parties import serialized_bytes
+
+        payload = answer.detach().to("cpu", copy=True)
+        self.record(serialized_bytes(payload))
+        self.updates[party] = self.actors[party].answer.remote(payload)
+
+    def settle(self, party: int | None = None) -> None:
+        """Check the submitted updates (of ``party``, or of every party) have finished well."""
+        parties = list(self.updates) if party is None else [party]
+        for m in parties:
+            ref = self.updates.pop(m, None)
+            if ref is not None:
+                self.get_party(m, ref, "update")
+
+    def record(self, nbytes: int) -> None:
+        if self.ledger is not None:
+            self.ledger.record_serialized(nbytes)
