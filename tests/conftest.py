@@ -129,3 +129,68 @@ def resume_against_straight(make_cfg, common, *, epochs: int, first: int):
     b = torch.load(last(resumed), weights_only=False)
     assert_same_training_state(a, b)
     return a, b, results
+
+
+# ----------------------------------------------------------------- runtime=ray
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray instance with 2 CPUs for every Ray test of the session (train() joins it
+    rather than starting its own); shut down at the end."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+RAY_TWO_PARTIES = [
+    "data.num_parties=2",
+    "data.partition=halves",
+    "trainer.limit_val_batches=1",
+    "trainer.limit_test_batches=1",
+]
+"""Small runs for the Ray tests: two parties (two actors), one validation and test batch."""
+
+
+def last_checkpoint(cfg: DictConfig) -> Path:
+    return Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+
+
+def checkpoint_wire(cfg: DictConfig) -> dict:
+    """The last checkpoint's ledger (bits per party and direction, rounds) and simulated clock,
+    without the serialized bytes (which only runtime=ray counts)."""
+    state = torch.load(last_checkpoint(cfg), weights_only=False)["vfl"]["wire"]
+    state["ledger"].pop("serialized_bytes")
+    return state
+
+
+class KillParty(L.Callback):
+    """Kills party ``party``'s actor before batch ``batch`` of epoch ``epoch`` (added to a run as
+    ``+callbacks.kill._target_=conftest.KillParty``: pytest puts tests/ on the path)."""
+
+    def __init__(self, epoch: int, batch: int, party: int) -> None:
+        self.epoch, self.batch, self.party = epoch, batch, party
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if (trainer.current_epoch, batch_idx) == (self.epoch, self.batch):
+            import ray
+
+            ray.kill(pl_module.party_side.actors[self.party])
+
+
+def kill_party(make_cfg, common, *, epoch: int, batch: int, party: int) -> tuple[DictConfig, str]:
+    """Run ``common`` with party ``party``'s actor killed before (``epoch``, ``batch``); check the
+    run stops with one line and records it in results.json as failed. Returns (config, line)."""
+    import json
+
+    from vfl_lightning.errors import PartyLost
+    from vfl_lightning.train import train
+
+    kill = ["_target_=conftest.KillParty", f"epoch={epoch}", f"batch={batch}", f"party={party}"]
+    killed = make_cfg(*common, *[f"+callbacks.kill.{k}" for k in kill])
+    with pytest.raises(PartyLost) as error:
+        train(killed)
+    message = str(error.value)
+    assert "\n" not in message
+    results = json.loads((Path(killed.paths.output_dir) / "results.json").read_text())
+    assert results["status"] == "failed" and results["error"] == message
+    return killed, message

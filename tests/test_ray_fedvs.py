@@ -4,15 +4,14 @@ what stays refused."""
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import lightning as L
 import numpy as np
 import pytest
 import torch
-from conftest import compose_config
+from conftest import compose_config, kill_party
+from conftest import last_checkpoint as last
 
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.analytic_gaussian import privatize_embedding
@@ -23,14 +22,6 @@ from vfl_lightning.wire import DOWNLINK, PEER, UPLINK
 
 FOUR_CLIENTS = ["experiment=fedvs_digits", "data.num_parties=4", "test=false"]
 """N = 4 clients, K = T = 1: R = 3, so one straggler can be left out of every round."""
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -159,30 +150,19 @@ def test_time_scale_must_be_a_positive_number(make_cfg, value):
 
 
 # ----------------------------------------------------------------- slow: whole runs
-def last(cfg) -> Path:
-    return Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
-
-
 @pytest.mark.slow
 def test_dead_actor_then_resume_equals_the_straight_run(make_cfg, ray_session):
     """A round's decoded sum is exact whoever responds, so a Ray run is deterministic: the run
     resumed from the checkpoint kept when a client died ends bit-identical to the straight one."""
     common = [*FOUR_CLIENTS, "runtime=ray", "trainer.limit_train_batches=3"]
-    common += ["trainer.limit_val_batches=1", "algo.max_simulated_s=null"]
-    straight = make_cfg(*common, "trainer.max_epochs=2")
+    common += ["trainer.limit_val_batches=1", "algo.max_simulated_s=null", "trainer.max_epochs=2"]
+    straight = make_cfg(*common)
     expected = train(straight)
-    kill = ["_target_=test_ray_runtime.KillParty", "epoch=1", "batch=1", "party=3"]
-    killed = make_cfg(*common, "trainer.max_epochs=2", *[f"+callbacks.kill.{k}" for k in kill])
-    with pytest.raises(PartyLost) as error:
-        train(killed)
-    message = str(error.value)
-    assert "\n" not in message
+    killed, message = kill_party(make_cfg, common, epoch=1, batch=1, party=3)
     assert message.startswith("party 3's Ray actor died at training round 4 (model shares)")
-    results = json.loads((Path(killed.paths.output_dir) / "results.json").read_text())
-    assert results["status"] == "failed" and results["error"] == message
     checkpoint = torch.load(last(killed), weights_only=False)
     assert checkpoint["epoch"] == 0 and len(checkpoint["vfl"]["parties"]["actors"]) == 4
-    resumed_cfg = make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={last(killed)}")
+    resumed_cfg = make_cfg(*common, f"ckpt_path={last(killed)}")
     resumed = train(resumed_cfg)
     assert resumed["model_digest"] == expected["model_digest"]
     assert resumed["time/simulated_s"] == expected["time/simulated_s"]

@@ -10,11 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
+from conftest import RAY_TWO_PARTIES as TWO_PARTIES
+from conftest import checkpoint_wire as ledger
+from conftest import kill_party
+from conftest import last_checkpoint as last
 
-from vfl_lightning.errors import ConfigError, PartyLost
+from vfl_lightning.errors import ConfigError
 from vfl_lightning.mechanisms import PBM, GaussianLDP
 from vfl_lightning.mechanisms.keys import (
     fresh_private_key,
@@ -26,32 +29,6 @@ from vfl_lightning.mechanisms.keys import (
 from vfl_lightning.mechanisms.secure_agg import PairwiseMasking
 from vfl_lightning.runtime.parties import party_seed, tensor_digest
 from vfl_lightning.train import train
-
-TWO_PARTIES = [
-    "data.num_parties=2",
-    "data.partition=halves",
-    "trainer.limit_val_batches=1",
-    "trainer.limit_test_batches=1",
-]
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    """One local Ray instance with 2 CPUs for the module's runs (train() joins it)."""
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-def last(cfg) -> Path:
-    return Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
-
-
-def ledger(cfg) -> dict:
-    state = torch.load(last(cfg), weights_only=False)["vfl"]["wire"]
-    state["ledger"].pop("serialized_bytes")
-    return state
 
 
 # ----------------------------------------------------------------- key agreement (no Ray needed)
@@ -196,39 +173,19 @@ def test_ray_equals_local_for_the_sync_family(make_cfg, ray_session, algo):
 
 
 # ----------------------------------------------------------------- faults and resume
-class KillParty(L.Callback):
-    """Kills party ``party``'s actor before batch ``batch`` of epoch ``epoch`` (added to a run as
-    ``+callbacks.kill._target_=test_ray_runtime.KillParty``: pytest puts tests/ on the path)."""
-
-    def __init__(self, epoch: int, batch: int, party: int) -> None:
-        self.epoch, self.batch, self.party = epoch, batch, party
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if (trainer.current_epoch, batch_idx) == (self.epoch, self.batch):
-            import ray
-
-            ray.kill(pl_module.party_side.actors[self.party])
-
-
 @pytest.mark.slow
 def test_dead_actor_stops_in_one_line_and_the_checkpoint_resumes_to_the_straight_run(
     make_cfg, ray_session
 ):
     common = ["algo=pbm", "runtime=ray", *TWO_PARTIES, "trainer.limit_train_batches=4"]
-    straight = make_cfg(*common, "trainer.max_epochs=2")
+    common += ["trainer.max_epochs=2"]
+    straight = make_cfg(*common)
     expected = train(straight)
-    kill = ["_target_=test_ray_runtime.KillParty", "epoch=1", "batch=2", "party=1"]
-    killed = make_cfg(*common, "trainer.max_epochs=2", *[f"+callbacks.kill.{k}" for k in kill])
-    with pytest.raises(PartyLost) as error:
-        train(killed)
-    message = str(error.value)
-    assert "\n" not in message
+    killed, message = kill_party(make_cfg, common, epoch=1, batch=2, party=1)
     assert message.startswith("party 1's Ray actor died at training round 6")
-    results = json.loads((Path(killed.paths.output_dir) / "results.json").read_text())
-    assert results["status"] == "failed" and results["error"] == message
     checkpoint = torch.load(last(killed), weights_only=False)
     assert checkpoint["epoch"] == 0 and len(checkpoint["vfl"]["parties"]["actors"]) == 2
-    resumed_cfg = make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={last(killed)}")
+    resumed_cfg = make_cfg(*common, f"ckpt_path={last(killed)}")
     resumed = train(resumed_cfg)
     assert resumed["model_digest"] == expected["model_digest"]
     assert ledger(resumed_cfg) == ledger(straight)
