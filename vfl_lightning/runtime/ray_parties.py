@@ -238,11 +238,16 @@ class RayParties(AsyncRayMethods, Parties):
         ]
 
     def apply_gradients(self, gradients: Sequence[torch.Tensor], *, fresh=False, mu=0.0):
+        """Submitted without waiting for the replies: an actor runs its requests in submission
+        order, so its next one (the next round's send, evaluation, a checkpoint) starts after the
+        update, and every call checks the submitted updates first (:meth:`settle`). A round
+        costs one request/reply exchange with each actor instead of two."""
+        self.settle()
         payloads = [g.detach().to("cpu") for g in gradients]
         if self.ledger is not None:
             self.ledger.record_serialized(sum(serialized_bytes(g) for g in payloads))
-        refs = [a.apply_gradient.remote(g, fresh, mu) for a, g in zip(self.actors, payloads)]
-        self._get(refs, "gradient")
+        for party, (actor, gradient) in enumerate(zip(self.actors, payloads, strict=True)):
+            self.updates[party] = actor.apply_gradient.remote(gradient, fresh, mu)
 
     def set_anchor(self):
         self._get([a.set_anchor.remote() for a in self.actors], "anchor")
