@@ -196,3 +196,19 @@ def test_multirun_runs_every_experiment(tmp_path):
         json.loads(p.read_text())["algo"] for p in (tmp_path / "sweep").rglob("results.json")
     )
     assert len(ran) == len(runnable)
+
+
+def test_runs_use_one_intra_op_thread_by_default(make_cfg):
+    """``torch_threads: 1`` by default, so the local runtime's grouped parties (one batched GEMM)
+    round as a Ray actor's single-party GEMM does and the two runtimes give the same digest."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        cfg = make_cfg("trainer.max_steps=1", "trainer.limit_val_batches=1", "test=false")
+        assert cfg.torch_threads == 1
+        train(cfg)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
