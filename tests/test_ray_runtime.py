@@ -245,3 +245,13 @@ def test_two_node_cluster_on_localhost(make_cfg, tmp_path):
         assert remote["model_digest"] == local["model_digest"]
     finally:
         run("stop", "--force")
+
+
+def test_runtime_ray_without_ray_installed_says_how_to_install_it(make_cfg, monkeypatch):
+    import sys
+
+    from vfl_lightning.train import start_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    with pytest.raises(ConfigError, match=r"^runtime=ray needs Ray, which is not installed: pip"):
+        start_ray(make_cfg("runtime=ray"))

@@ -118,14 +118,35 @@ def check_runtime(cfg: DictConfig) -> None:
             f"{', '.join(algo.RUNTIMES)}); runtime=ray runs {RAY_ALGOS}"
         )
     check_time_scale(cfg.runtime.get("time_scale"))
-    from vfl_lightning.runtime.ray_async import check_ray_options
-
     check_ray_options(algo, cfg.algo)
     strategy = cfg.trainer.get("strategy")
     if strategy not in (None, "auto") or cfg.trainer.get("num_nodes", 1) != 1:
         raise ConfigError(
             "runtime=ray runs one server process: use trainer.strategy=auto and "
             f"trainer.num_nodes=1 (got strategy {strategy!r}); scale out with more party actors"
+        )
+
+
+def check_ray_options(algo_class: type, algo) -> None:
+    """Refuse, in one line each, what ``runtime=ray`` does not run of the asynchronous family:
+    ``algo.activation_order`` (the arrival order is real) and ``algo.epoch=server_iterations``
+    (one client per batch)."""
+    from vfl_lightning.algorithms.asynchronous import HybridVFL
+
+    if not issubclass(algo_class, HybridVFL):
+        return
+    name = algo.get("name")
+    if algo.get("activation_order") is not None:
+        raise ConfigError(
+            f"algo.activation_order={list(algo.activation_order)} cannot be used with runtime=ray: "
+            f"the clients' messages are taken in the order they really arrive (set "
+            f"algo.client_speeds to make some clients slower, or use runtime=local for algo={name})"
+        )
+    if not algo.get("synchronous") and algo.get("epoch") == "server_iterations":
+        raise ConfigError(
+            f"algo.epoch=server_iterations is not supported with runtime=ray (algo={name}): every "
+            "batch goes to all clients and their messages are taken as they arrive; use "
+            "algo.epoch=client_pass, or runtime=local"
         )
 
 
@@ -148,8 +169,13 @@ def check_time_scale(value) -> float:
 def start_ray(cfg: DictConfig) -> bool:
     """Connect to Ray for ``runtime=ray``: start a local instance (``runtime.address=null``) or
     join a cluster (``auto``, ``ray://host:port``); returns whether this call started it."""
-    import ray
-
+    try:
+        import ray
+    except ImportError as error:
+        raise ConfigError(
+            "runtime=ray needs Ray, which is not installed: pip install -c constraints.txt "
+            '-e ".[ray]" (the dev install includes it)'
+        ) from error
     if ray.is_initialized():
         return False
     runtime = cfg.runtime

@@ -18,33 +18,9 @@ from vfl_lightning.algorithms.zoo import (
     client_query,
     set_gradient,
 )
-from vfl_lightning.errors import ConfigError
 
 DELAY_STREAM = "delays"
 """The party generator stream its work delays are drawn from (checkpointed with the actor)."""
-
-
-def check_ray_options(algo_class: type, algo) -> None:
-    """Refuse, in one line each, what ``runtime=ray`` does not run of the asynchronous family:
-    ``algo.activation_order`` (the arrival order is real) and ``algo.epoch=server_iterations``
-    (one client per batch)."""
-    from vfl_lightning.algorithms.asynchronous import HybridVFL
-
-    if not issubclass(algo_class, HybridVFL):
-        return
-    name = algo.get("name")
-    if algo.get("activation_order") is not None:
-        raise ConfigError(
-            f"algo.activation_order={list(algo.activation_order)} cannot be used with runtime=ray: "
-            f"the clients' messages are taken in the order they really arrive (set "
-            f"algo.client_speeds to make some clients slower, or use runtime=local for algo={name})"
-        )
-    if not algo.get("synchronous") and algo.get("epoch") == "server_iterations":
-        raise ConfigError(
-            f"algo.epoch=server_iterations is not supported with runtime=ray (algo={name}): every "
-            "batch goes to all clients and their messages are taken as they arrive; use "
-            "algo.epoch=client_pass, or runtime=local"
-        )
 
 
 class AsyncPartyMethods:
