@@ -234,3 +234,23 @@ def test_ldp_matched_sigma_and_noise_level():
 def test_ldp_bad_inputs(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GaussianLDP(num_parties=2, **kwargs)
+
+
+@pytest.mark.parametrize("b", [1, 2, 7, 16, 20])
+def test_inverse_cdf_counts_equal_a_scalar_reference(b):
+    """Each count is the number of k < b with CDF_k(p) <= u, for the element's own uniform u (the
+    generator's first draws) and the Binomial CDF summed term by term in Python floats."""
+    pbm = PBM(num_parties=1, b=b, beta=0.25)
+    h = torch.linspace(-1.0, 1.0, 3001)
+    counts = pbm.quantize(h, torch.Generator().manual_seed(b)).tolist()
+    uniforms = torch.rand(h.shape, generator=torch.Generator().manual_seed(b), dtype=torch.float64)
+    for value, u, count in zip(h.double().tolist(), uniforms.tolist(), counts, strict=True):
+        p = 0.5 + 0.25 * value
+        cdf, expected = 0.0, 0
+        for k in range(b):
+            cdf += math.comb(b, k) * p**k * (1 - p) ** (b - k)
+            if abs(u - cdf) < 1e-12:  # a tie within rounding: either side is a valid draw
+                expected = count
+                break
+            expected += u >= cdf
+        assert count == expected

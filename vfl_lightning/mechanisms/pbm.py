@@ -17,6 +17,20 @@ from vfl_lightning.privacy.parameters import check_pbm_parameters
 INVERSE_CDF_MAX_TRIALS = 20
 
 
+def integer_power(x: torch.Tensor, exponent: int) -> torch.Tensor:
+    """x^exponent (exponent >= 1) by binary exponentiation: only exactly rounded elementwise
+    multiplications, so each element's result depends on that element alone (``torch.pow`` may
+    take another code path for another tensor size)."""
+    result, square = None, x
+    while True:
+        if exponent & 1:
+            result = square if result is None else result * square
+        exponent >>= 1
+        if not exponent:
+            return result.clone() if result is x else result
+        square = square * square
+
+
 class PBM(Mechanism):
     """PBM-VFL's embedding release: Algorithm 1 per element plus Protocol-0 secure aggregation.
 
@@ -50,6 +64,7 @@ class PBM(Mechanism):
         self.seed = int(seed)
         self.bits_per_element = ring_bits(self.num_parties, self.b)
         self.masking = PairwiseMasking(self.num_parties, self.bits_per_element, self.seed)
+        self._ratios: torch.Tensor | None = None
 
     @property
     def modulus(self) -> int:
@@ -63,14 +78,17 @@ class PBM(Mechanism):
         """Algorithm 1 on clipped values: q ~ Binomial(b, 1/2 + (β/C) h) element-wise, int64.
 
         For b ≤ ``INVERSE_CDF_MAX_TRIALS``: inverse-CDF sampling, one float64 uniform per element
-        and the Binomial CDF built by the pmf recurrence (exact up to float64 rounding; on CPU
-        2.5-4x faster than ``torch.binomial`` at these b). Above it, ``torch.binomial`` (its
-        rejection sampler wins for large b). Both draw only from ``generator``; a sequence of
-        generators gives row m of ``embedding`` (party m's) its own. Every step of the CDF is an
-        exactly rounded elementwise operation ((1 − p)^b by repeated multiplication, not ``pow``),
-        so a party's counts do not depend on how many parties are stacked with it.
+        and the Binomial CDF built by the pmf recurrence (exact up to float64 rounding): a few
+        whole-tensor operations over a (*shape, b) table (a running product for the pmf, a running
+        sum for the CDF, a binary search for the count), not b passes of elementwise operations. Above it, ``torch.binomial``
+        (its rejection sampler wins for large b). Both draw only from ``generator``; a sequence
+        of generators gives row m of ``embedding`` (party m's) its own. Every step of the CDF is
+        an exactly rounded elementwise operation or a running product/sum along the new axis, per
+        element ((1 − p)^b by binary exponentiation, not ``pow``), so a party's counts do not
+        depend on how many parties are stacked with it.
         """
         probability = 0.5 + (self.beta / self.C) * embedding.to(torch.float64)
+        device = probability.device
         if self.b > INVERSE_CDF_MAX_TRIALS:
             counts = torch.full_like(probability, float(self.b))
             if generator is None or isinstance(generator, torch.Generator):
@@ -81,21 +99,23 @@ class PBM(Mechanism):
             ]
             return torch.stack(draws).to(torch.int64)
         uniform = self.uniforms(probability, generator)
-        odds = probability / (1.0 - probability)
         complement = 1.0 - probability
-        pmf = complement.clone()
-        for _ in range(self.b - 1):
-            pmf.mul_(complement)
-        cdf = pmf.clone()
-        reached = torch.empty(probability.shape, dtype=torch.bool, device=probability.device)
-        count = torch.zeros(probability.shape, dtype=torch.uint8, device=probability.device)
-        for k in range(self.b):
-            if k:
-                pmf.mul_(odds).mul_((self.b - k + 1) / k)
-                cdf.add_(pmf)
-            torch.ge(uniform, cdf, out=reached)
-            count.add_(reached)
-        return count.to(torch.int64)
+        # column k of the table: pmf_k / pmf_{k−1} = (p / (1 − p)) · (b − k + 1) / k, and column 0
+        # pmf_0 = (1 − p)^b by binary exponentiation (exactly rounded multiplications); a running
+        # product along the last axis gives pmf_k, a running sum cdf_k = Σ_{j≤k} pmf_j
+        table = (probability / complement).unsqueeze(-1) * self._pmf_ratios(device)
+        table[..., 0] = integer_power(complement, self.b)
+        cdf = table.cumprod_(-1).cumsum_(-1)
+        # the count is the number of k in [0, b) with cdf_k <= u (inverse-CDF sampling); cdf is
+        # non-decreasing, so a binary search finds it
+        return torch.searchsorted(cdf, uniform.unsqueeze(-1), right=True).squeeze(-1)
+
+    def _pmf_ratios(self, device: torch.device) -> torch.Tensor:
+        """(1, b/1, (b−1)/2, ..., 2/(b−1)) as float64 on ``device``: the Binomial pmf ratios."""
+        if self._ratios is None or self._ratios.device != device:
+            ratios = [1.0] + [(self.b - k + 1) / k for k in range(1, self.b)]
+            self._ratios = torch.tensor(ratios, dtype=torch.float64, device=device)
+        return self._ratios
 
     @staticmethod
     def uniforms(

@@ -30,18 +30,12 @@ def _logical_shift_right(x: torch.Tensor, shift: int) -> torch.Tensor:
     return (x >> shift) & ((1 << (64 - shift)) - 1)
 
 
-def _logical_shift_right_by(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
-    """Unsigned right shift of int64 ``x`` by a tensor of shifts in [0, 63] (broadcast)."""
-    keep = torch.where(shifts == 0, -1, (torch.ones_like(shifts) << (64 - shifts)) - 1)
-    return (x >> shifts) & keep
-
-
 def splitmix64(x: torch.Tensor) -> torch.Tensor:
     """The splitmix64 finalizer on int64 tensors (arithmetic wraps mod 2^64, as in C's uint64)."""
     z = x + _as_int64(_GOLDEN_GAMMA)
-    z = (z ^ _logical_shift_right(z, 30)) * _as_int64(_MIX_1)
-    z = (z ^ _logical_shift_right(z, 27)) * _as_int64(_MIX_2)
-    return z ^ _logical_shift_right(z, 31)
+    z.bitwise_xor_(_logical_shift_right(z, 30)).mul_(_as_int64(_MIX_1))
+    z.bitwise_xor_(_logical_shift_right(z, 27)).mul_(_as_int64(_MIX_2))
+    return z.bitwise_xor_(_logical_shift_right(z, 31))
 
 
 def splitmix64_int(x: int) -> int:
@@ -114,6 +108,7 @@ class PairwiseMasking:
         )
         per_word = 64 // self.modulus_bits
         self._field_shifts = torch.arange(per_word, dtype=torch.int64) * self.modulus_bits
+        self._cached_constants: tuple | None = None
 
     @property
     def num_pairs(self) -> int:
@@ -131,12 +126,35 @@ class PairwiseMasking:
         round_key = splitmix64_int(int(round))
         return [_as_int64(splitmix64_int(seed ^ round_key)) for seed in self.pair_seeds]
 
+    PYTHON_KEYS_MAX_PAIRS = 32
+    """Up to this many pairs, :meth:`key_words` derives the keys with Python integers (a few
+    microseconds a pair) rather than a dozen whole-tensor operations."""
+
     def key_words(self, round: int, device: torch.device | None = None) -> torch.Tensor:
         """:meth:`stream_keys` for all pairs at once as an int64 tensor (the same bits)."""
         if not 0 <= int(round) < 1 << 64:
             raise ValueError(f"round must be in [0, 2^64), got {round}")
+        if self.num_pairs <= self.PYTHON_KEYS_MAX_PAIRS:
+            return torch.tensor(self.stream_keys(round), dtype=torch.int64, device=device)
         round_key = _as_int64(splitmix64_int(int(round)))
         return splitmix64(self._pair_seed_words.to(device) ^ round_key)
+
+    def _constants(self, words: int, device: torch.device | None) -> tuple[torch.Tensor, ...]:
+        """(word offsets (c+1)·γ for c < ``words``, field shifts, adding and subtracting party
+        of each pair) on ``device``, kept for the last (words, device) asked for."""
+        key = (words, str(device))
+        if self._cached_constants is None or self._cached_constants[0] != key:
+            steps = torch.arange(1, words + 1, dtype=torch.int64, device=device) * _as_int64(
+                _GOLDEN_GAMMA
+            )
+            constants = (
+                steps,
+                self._field_shifts.to(device),
+                self.adding_party.to(device),
+                self.subtracting_party.to(device),
+            )
+            self._cached_constants = (key, constants)
+        return self._cached_constants[1]
 
     def pair_masks(
         self, round: int, numel: int, device: torch.device | None = None
@@ -148,13 +166,11 @@ class PairwiseMasking:
         """
         per_word = 64 // self.modulus_bits
         words = -(-numel // per_word)
-        keys = self.key_words(round, device)
-        steps = torch.arange(1, words + 1, dtype=torch.int64, device=device) * _as_int64(
-            _GOLDEN_GAMMA
-        )
-        values = splitmix64(keys[:, None] + steps[None, :])
-        shifts = self._field_shifts.to(device)
-        fields = _logical_shift_right_by(values[:, :, None], shifts) & (self.modulus - 1)
+        steps, shifts, _, _ = self._constants(words, device)
+        values = splitmix64(self.key_words(round, device)[:, None] + steps[None, :])
+        # field f is bits [f·k, (f+1)·k) of the word, k = log2 R, (f+1)·k <= 64: the arithmetic
+        # shift's copies of the sign bit land at bit 64 − f·k >= k or above, which the mask drops
+        fields = (values[:, :, None] >> shifts) & (self.modulus - 1)
         return fields.reshape(self.num_pairs, words * per_word)[:, :numel]
 
     def party_masks(
@@ -165,10 +181,12 @@ class PairwiseMasking:
         total = torch.zeros(self.num_parties, numel, dtype=torch.int64, device=device)
         if self.num_pairs:
             masks = self.pair_masks(round, numel, device)
-            total.index_add_(0, self.adding_party.to(device), masks)
-            total.index_add_(0, self.subtracting_party.to(device), -masks)
+            words = -(-numel // (64 // self.modulus_bits))
+            _, _, adding, subtracting = self._constants(words, device)
+            total.index_add_(0, adding, masks)
+            total.index_add_(0, subtracting, masks, alpha=-1)
         # int64 addition wraps mod 2^64 and R divides 2^64, so reducing at the end is exact.
-        return (total & (self.modulus - 1)).reshape(self.num_parties, *shape)
+        return total.bitwise_and_(self.modulus - 1).reshape(self.num_parties, *shape)
 
     def holds_party(self, party: int) -> bool:
         """Whether every pair of ``party`` is held here (so its net mask can be computed)."""
@@ -190,7 +208,8 @@ class PairwiseMasking:
         if self.num_pairs != self.num_parties * (self.num_parties - 1) // 2:
             raise ValueError("this side does not hold every pair seed: each party masks its own")
         masks = self.party_masks(round, secrets[0].shape, secrets[0].device)
-        return [(q.to(torch.int64) + masks[m]) & (self.modulus - 1) for m, q in enumerate(secrets)]
+        masked = masks.add_(torch.stack(list(secrets))).bitwise_and_(self.modulus - 1)
+        return list(masked.unbind(0))
 
     def secure_sum(self, masked: list[torch.Tensor]) -> torch.Tensor:
         """Server side: Σ_m y_m mod R, which equals Σ_m q_m when that sum is below R."""
