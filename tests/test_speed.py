@@ -297,3 +297,35 @@ def test_plain_server_steps_equal_lightnings_route_bit_for_bit(make_cfg, algo):
     assert callbacks[0].calls == steps[1]
     for a, b in zip(*finals, strict=True):
         assert torch.equal(a, b)
+
+
+def test_result_metric_same_device_fast_path_keeps_lightnings_values(monkeypatch):
+    """``self.log`` on a metric already on the value's device skips Lightning's rebuild of the
+    metric's ``__dict__`` (``lightning_speedups``), and the logged means stay Lightning's; a move
+    to another device still takes Lightning's own code and moves every state tensor."""
+    import lightning.pytorch.trainer.connectors.logger_connector.result as result
+
+    import vfl_lightning.algorithms.base  # noqa: F401  (installs the fast path)
+
+    assert getattr(result._ResultMetric.to, "_vfl_fast_same_device", False)
+    walks = []
+    original_apply = result.apply_to_collection
+    monkeypatch.setattr(
+        result, "apply_to_collection", lambda *a, **k: walks.append(1) or original_apply(*a, **k)
+    )
+    collection = result._ResultCollection(True)
+    values, sizes = [0.5, 2.0, -1.0], [3, 1, 4]
+    for value, size in zip(values, sizes, strict=True):
+        collection.log(
+            "training_step", "a", torch.tensor(value), on_step=False, on_epoch=True, batch_size=size
+        )
+    metric = collection["training_step.a"]
+    expected = sum(v * n for v, n in zip(values, sizes, strict=True)) / sum(sizes)
+    assert metric.compute().item() == pytest.approx(expected, rel=1e-7)
+    assert len(walks) == 0  # never walked: created on the CPU, every value on the CPU
+    metric.to(torch.float64)  # not a device: Lightning's code
+    assert len(walks) == 1
+    metric.to(torch.device("meta"))
+    assert len(walks) == 2
+    assert metric.value.device.type == "meta"
+    assert all(d.device.type == "meta" for d in metric._defaults.values())

@@ -315,7 +315,7 @@ class HybridVFL(VFLModule):
         ZOO estimate; the server optimizer steps. Returns (loss, logits). The clients step with
         what they received (:meth:`Parties.answer_client`)."""
         _, server_opt = self.split_optimizers()
-        server_opt.zero_grad()
+        self.zero_server(server_opt)
         first_order = [m for m in active if m not in received]
         if self.server_update == "foo":
             inputs = list(columns)

@@ -25,7 +25,8 @@ from torchmetrics.classification import (
     MulticlassAccuracy,
 )
 
-from vfl_lightning.algorithms.party_steps import step_together
+from vfl_lightning import lightning_speedups
+from vfl_lightning.algorithms.party_steps import step_together, zero_together
 from vfl_lightning.errors import NonFiniteLoss
 from vfl_lightning.mechanisms.base import Mechanism, fuse_tensors, join_own_embedding
 from vfl_lightning.models.batched import GroupedParties, groupable
@@ -35,6 +36,8 @@ from vfl_lightning.wire import Network, SimulatedClock, Wire
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
 EVAL_STAGES = ("val", "test")
+
+lightning_speedups.install()
 
 
 def make_metrics(num_classes: int, stage: str) -> MetricCollection:
@@ -152,6 +155,8 @@ class VFLModule(L.LightningModule):
         self._epoch_aggregates: dict[str, tuple[list, list[float], str]] = {}
         self._epoch_predictions: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._epoch_metrics_logged = False
+        self._eval_losses: list[tuple[torch.Tensor, int]] = []
+        self._eval_clean = False
         self.rows = RowShares()
         self._unchecked_losses: list[tuple[torch.Tensor, int]] = []
         self._first_bad_round: int | None = None
@@ -277,15 +282,27 @@ class VFLModule(L.LightningModule):
         else:
             self.manual_backward(loss)
 
+    def zero_server(self, optimizer) -> None:
+        """``zero_grad()`` of the Lightning-wrapped server ``optimizer`` (gradients set to None,
+        as torch does by default), without the optimizer's dispatch on the plain route (see
+        :meth:`plain_server_steps`)."""
+        if self._plain_server_steps:
+            zero_together([optimizer.optimizer])
+        else:
+            optimizer.zero_grad()
+
     def step_server(self, optimizer) -> None:
         """One server update with the Lightning-wrapped ``optimizer``; advances ``global_step``
-        (see :meth:`plain_server_steps`)."""
+        (see :meth:`plain_server_steps`). On the plain route a plain SGD optimizer steps as one
+        foreach update (:func:`~vfl_lightning.algorithms.party_steps.step_together`, the same
+        values as its own ``step``)."""
         if not self._plain_server_steps:
             optimizer.step()
             return
         # the progress counting Lightning's manual-optimization loop injects around every step
         optimizer._on_before_step()
-        optimizer.optimizer.step()
+        if not step_together([optimizer.optimizer]):
+            optimizer.optimizer.step()
         optimizer._on_after_step()
 
     def on_before_optimizer_step(self, optimizer) -> None:
@@ -366,12 +383,20 @@ class VFLModule(L.LightningModule):
     def _restart_eval_generator(self, stage: str) -> None:
         self._generators.pop(stage, None)
 
+    def _start_evaluation(self, stage: str) -> None:
+        self._eval_losses.clear()
+        self._eval_clean = False
+        for metrics in (getattr(self, f"{stage}_metrics"), self.clean_metrics[stage]):
+            metrics.reset()
+
     def on_validation_epoch_start(self) -> None:
+        self._start_evaluation("val")
         self._restart_eval_generator("val")
         self.party_side.restart_stream("val")
         self.mechanism.begin_evaluation(self.release_stream("val"), self.wire.ledger.rounds)
 
     def on_test_epoch_start(self) -> None:
+        self._start_evaluation("test")
         self._restart_eval_generator("test")
         self.party_side.restart_stream("test")
         self.mechanism.begin_evaluation("test", self.wire.ledger.rounds)
@@ -599,23 +624,48 @@ class VFLModule(L.LightningModule):
         return self.server_fuse(fused, self.own_embedding(xs))
 
     def _eval_step(self, batch, stage: str) -> None:
+        """One evaluation batch: the deployed logits' loss and metric updates (and the clean
+        metrics' when evaluation is perturbed), kept for :meth:`log_evaluation`."""
         xs, y, idx = batch
         logits = self.head(self.server_input(xs, stage, idx))
-        self.log(f"{stage}/loss", self.loss_fn(logits, y), on_epoch=True, prog_bar=stage == "val")
-        metrics = getattr(self, f"{stage}_metrics")
-        metrics.update(self.scores(logits), y)
-        self.log_dict(metrics, on_epoch=True, prog_bar=stage == "val")
+        self._eval_losses.append((self.loss_fn(logits, y).detach(), int(y.shape[0])))
+        getattr(self, f"{stage}_metrics").update(self.scores(logits), y)
         clean = self.clean_server_input(xs, stage)
         if clean is not None:
-            clean_metrics = self.clean_metrics[stage]
-            clean_metrics.update(self.scores(self.head(clean)), y)
-            self.log_dict(clean_metrics, on_epoch=True)
+            self.clean_metrics[stage].update(self.scores(self.head(clean)), y)
+            self._eval_clean = True
+
+    def log_evaluation(self, stage: str) -> None:
+        """Log the evaluation epoch once: ``{stage}/loss`` (the batch-size weighted mean of the
+        batch losses, as ``self.log(..., on_epoch=True)`` of every batch would give), the
+        ``{stage}/*`` metrics and, when evaluation was perturbed, ``{stage}/acc_clean``. One
+        ``self.log`` per key per epoch rather than per batch (each costs a Lightning dispatch)."""
+        if not self._eval_losses:
+            return
+        losses = torch.stack([loss.reshape(()) for loss, _ in self._eval_losses])
+        sizes = torch.tensor([n for _, n in self._eval_losses], dtype=losses.dtype).to(losses)
+        self._eval_losses.clear()
+        val = stage == "val"
+        self.log(f"{stage}/loss", (losses * sizes).sum() / sizes.sum(), prog_bar=val)
+        metrics = getattr(self, f"{stage}_metrics")
+        self.log_dict(metrics.compute(), prog_bar=val)
+        metrics.reset()
+        if self._eval_clean:
+            self._eval_clean = False
+            self.log_dict(self.clean_metrics[stage].compute())
+            self.clean_metrics[stage].reset()
 
     def validation_step(self, batch, batch_idx) -> None:
         self._eval_step(batch, "val")
 
+    def on_validation_epoch_end(self) -> None:
+        self.log_evaluation("val")
+
     def test_step(self, batch, batch_idx) -> None:
         self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self.log_evaluation("test")
 
     def model_digest(self) -> str:
         """SHA-256 of every parameter tensor (name, dtype, shape, bytes): parties 0..M−1 (wherever

@@ -135,7 +135,7 @@ class FedBCD(SyncVFL):
         objective = loss
         if anchors is not None:
             objective = loss + proximal_term(self.server_parameters(), anchors, self.mu)
-        server_opt.zero_grad()
+        self.zero_server(server_opt)
         self.server_backward(objective)
         self.step_server(server_opt)
         return loss, logits

@@ -66,7 +66,7 @@ class SyncVFL(VFLModule):
         received = self.send_embeddings(xs, idx)
         fused = self.mechanism.fuse(received).requires_grad_()
         loss, logits = self.server_loss(fused, xs, y)
-        server_opt.zero_grad()
+        self.zero_server(server_opt)
         self.server_backward(loss)
         gradients = self.send_gradients(fused.grad)
         self.update_parties(gradients)
