@@ -313,8 +313,10 @@ class VFLModule(L.LightningModule):
 
     @staticmethod
     def step_party(optimizer) -> None:
-        """Step a party optimizer without advancing ``global_step`` (see module docstring)."""
-        optimizer.optimizer.step()
+        """Step a party optimizer without advancing ``global_step`` (see module docstring); a
+        plain SGD one as a foreach update (:func:`step_together`, the same values)."""
+        if not step_together([optimizer.optimizer]):
+            optimizer.optimizer.step()
 
     def step_parties(self, optimizers) -> None:
         """Step every party optimizer in ``optimizers`` (without advancing ``global_step``): one

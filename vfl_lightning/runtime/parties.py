@@ -267,7 +267,7 @@ class LocalParties(Parties):
         module = self.module
         party_opts, _ = module.split_optimizers()
         opt = party_opts[party]
-        opt.zero_grad()
+        zero_together([opt.optimizer])
         query = self._queries.pop(party, None)
         if query is None:
             module.backward_parties([self._outputs.pop(party)], [answer])
