@@ -46,9 +46,12 @@ def test_grouped_parties_match_the_loop(kwargs):
     gs = [torch.randn(9, 16, generator=torch.Generator().manual_seed(9 + m)) for m in range(5)]
     expected = [p(x) for p, x in zip(loop, xs, strict=True)]
     torch.autograd.backward(expected, gs)
-    stacked = GroupedParties(grouped)(xs)
+    group = GroupedParties(grouped)
+    stacked = group(xs)
     assert stacked.shape == (5, 9, 16)
     torch.autograd.backward(stacked, torch.stack(gs))
+    assert all(p.grad is None for p in grouped[0].parameters())  # on the stacks until handed out
+    group.distribute_gradients()
     for h, e in zip(stacked.unbind(0), expected, strict=True):
         torch.testing.assert_close(h, e, rtol=1e-6, atol=1e-6)
     for a, b in zip(loop, grouped, strict=True):
@@ -329,3 +332,101 @@ def test_result_metric_same_device_fast_path_keeps_lightnings_values(monkeypatch
     assert len(walks) == 2
     assert metric.value.device.type == "meta"
     assert all(d.device.type == "meta" for d in metric._defaults.values())
+
+
+def _reference_and_grouped(count=4, momentum=0.9, weight_decay=0.0):
+    """Two copies of ``count`` parties with one SGD optimizer each: the first to step party by
+    party, the second with the stacked step."""
+    reference = _parties(count, (6,), hidden=[5], output_activation="tanh")
+    grouped = copy.deepcopy(reference)
+
+    def optimizers(parties):
+        return [
+            torch.optim.SGD(p.parameters(), lr=0.1, momentum=momentum, weight_decay=weight_decay)
+            for p in parties
+        ]
+
+    return reference, optimizers(reference), grouped, optimizers(grouped)
+
+
+def _train_steps(group, opts, steps, *, stacked, seed=0):
+    """``steps`` grouped forward/backward passes on random data; the stacked step, or each
+    party's own optimizer ``step()`` on its slice of the stacked gradient."""
+    for step in range(steps):
+        gen = torch.Generator().manual_seed(seed + step)
+        xs = [torch.randn(8, 6, generator=gen) for _ in opts]
+        gs = torch.randn(len(opts), 8, 16, generator=gen)
+        zero_together(opts)
+        group.zero_grad()
+        torch.autograd.backward(group(xs), gs)
+        if stacked:
+            assert group.step(opts)
+        else:
+            group.distribute_gradients()
+            for opt in opts:
+                opt.step()
+
+
+@pytest.mark.parametrize("momentum,weight_decay", [(0.9, 0.0), (0.0, 0.01)])
+def test_grouped_step_on_shared_storage_equals_separate_optimizers(momentum, weight_decay):
+    """Each party's parameters are views of one stacked tensor per name; the stacked foreach
+    SGD step gives every party exactly the parameters and momentum buffers its own optimizer
+    would (bit for bit), and the optimizers keep one state per party."""
+    reference, ref_opts, grouped, opts = _reference_and_grouped(4, momentum, weight_decay)
+    ref_group, group = GroupedParties(reference), GroupedParties(grouped)
+    weights = [p.net[1].weight for p in grouped]
+    assert all(
+        w.data_ptr() == group.stacked["net.1.weight"][m].data_ptr() for m, w in enumerate(weights)
+    )
+    _train_steps(ref_group, ref_opts, 3, stacked=False)
+    _train_steps(group, opts, 3, stacked=True)
+    for a, b, opt_a, opt_b in zip(reference, grouped, ref_opts, opts, strict=True):
+        for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.equal(pa, pb)
+            assert torch.equal(pa.grad, pb.grad)  # the last step's gradient stays visible
+            if momentum:
+                assert torch.equal(
+                    opt_a.state[pa]["momentum_buffer"], opt_b.state[pb]["momentum_buffer"]
+                )
+
+
+def test_grouped_step_after_a_state_load_and_a_dtype_move_keeps_the_reference():
+    """Optimizer states replaced (as a checkpoint load does) are re-stacked before the next
+    step; parameters moved to another dtype are re-stacked by the next forward."""
+    reference, ref_opts, grouped, opts = _reference_and_grouped(3)
+    ref_group, group = GroupedParties(reference), GroupedParties(grouped)
+    _train_steps(ref_group, ref_opts, 2, stacked=False)
+    _train_steps(group, opts, 2, stacked=True)
+    for opt in opts:
+        opt.load_state_dict(copy.deepcopy(opt.state_dict()))
+    _train_steps(ref_group, ref_opts, 2, stacked=False, seed=10)
+    _train_steps(group, opts, 2, stacked=True, seed=10)
+    for a, b in zip(reference, grouped, strict=True):
+        for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.equal(pa, pb)
+    for parties in (reference, grouped):
+        for p in parties:
+            p.double()
+    xs = [torch.randn(8, 6, dtype=torch.float64) for _ in grouped]
+    assert torch.equal(group(xs), ref_group(xs))
+    assert group.stacked["net.1.weight"].dtype == torch.float64
+    assert grouped[2].net[1].weight.data_ptr() == group.stacked["net.1.weight"][2].data_ptr()
+
+
+def test_grouped_parties_fall_back_to_the_parties_own_optimizers():
+    """Adam (not plain SGD), or a party gradient of its own (e.g. a proximal term): the stacked
+    step declines, and the stacked gradients go to the parties (added to their own)."""
+    parties = _parties(3, (6,))
+    group = GroupedParties(parties)
+    adams = [torch.optim.Adam(p.parameters()) for p in parties]
+    xs = [torch.randn(4, 6) for _ in parties]
+    torch.autograd.backward(group(xs), torch.ones(3, 4, 16))
+    assert not group.step(adams)
+    stacked_grad = group.stacked["net.1.weight"].grad.clone()
+    sgds = [torch.optim.SGD(p.parameters(), lr=0.1) for p in parties]
+    parties[1].net[1].weight.grad = torch.ones_like(parties[1].net[1].weight)
+    assert not group.step(sgds)
+    group.distribute_gradients()
+    assert group.stacked["net.1.weight"].grad is None
+    assert torch.equal(parties[0].net[1].weight.grad, stacked_grad[0])
+    assert torch.equal(parties[1].net[1].weight.grad, stacked_grad[1] + 1)

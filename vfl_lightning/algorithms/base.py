@@ -227,12 +227,21 @@ class VFLModule(L.LightningModule):
             # gradient stack(g_m) reaches it as through the M views
             self._last_grouped = (None, ())
             torch.autograd.backward(stacked, grad_tensors=torch.stack(list(gradients)))
-            self.rows.sum_gradients(self.parties.parameters())
+            self._sum_party_gradients()
             return
         terms = [(h * g).sum() for h, g in zip(embeddings, gradients, strict=True) if g is not None]
         if terms:
             torch.autograd.backward(torch.stack(terms).sum())
-            self.rows.sum_gradients(self.parties.parameters())
+            self._sum_party_gradients()
+
+    def _sum_party_gradients(self) -> None:
+        """Data-parallel: sum the party gradients across ranks (the grouped parties' stacked
+        gradients handed to the parties first, see :class:`GroupedParties`)."""
+        if not self.rows.parallel:
+            return
+        if self.grouped_parties is not None:
+            self.grouped_parties.distribute_gradients()
+        self.rows.sum_gradients(self.parties.parameters())
 
     SERVER_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
     """The Lightning hooks that run around the server's backward and optimizer step."""
@@ -311,6 +320,13 @@ class VFLModule(L.LightningModule):
         if self.rows.parallel:
             self.rows.broadcast_gradients(self.server_parameters())
 
+    def zero_party_gradients(self, optimizers) -> None:
+        """``zero_grad()`` of the party ``optimizers`` (gradients set to None), and of the grouped
+        parties' stacked gradients."""
+        zero_together([opt.optimizer for opt in optimizers])
+        if self.grouped_parties is not None:
+            self.grouped_parties.zero_grad()
+
     @staticmethod
     def step_party(optimizer) -> None:
         """Step a party optimizer without advancing ``global_step`` (see module docstring); a
@@ -319,10 +335,18 @@ class VFLModule(L.LightningModule):
             optimizer.optimizer.step()
 
     def step_parties(self, optimizers) -> None:
-        """Step every party optimizer in ``optimizers`` (without advancing ``global_step``): one
-        foreach update when they are plain SGD with the same hyperparameters
-        (:func:`~vfl_lightning.algorithms.party_steps.step_together`), else one by one."""
-        if not step_together([opt.optimizer for opt in optimizers]):
+        """Step every party optimizer in ``optimizers`` (without advancing ``global_step``).
+        Grouped parties with plain SGD optimizers of one set of hyperparameters: one foreach
+        update of the stacked parameters (:meth:`GroupedParties.step`); otherwise the stacked
+        gradients go to the parties, then one foreach update over every party's parameters
+        (:func:`~vfl_lightning.algorithms.party_steps.step_together`) or one step per party."""
+        plain = [opt.optimizer for opt in optimizers]
+        grouped = self.grouped_parties
+        if grouped is not None:
+            if grouped.step(plain):
+                return
+            grouped.distribute_gradients()
+        if not step_together(plain):
             for opt in optimizers:
                 self.step_party(opt)
 

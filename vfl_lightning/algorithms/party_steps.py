@@ -26,6 +26,18 @@ def zero_together(optimizers: Sequence[torch.optim.Optimizer]) -> None:
                 p.grad = None
 
 
+def plain_sgd_settings(optimizers: Sequence[torch.optim.Optimizer]) -> dict | None:
+    """The shared SGD hyperparameters (``SGD_KEYS``) of ``optimizers`` if they are all plain
+    ``torch.optim.SGD`` with one set of them, else None."""
+    if not optimizers or not all(_plain_sgd(opt) for opt in optimizers):
+        return None
+    groups = [group for opt in optimizers for group in opt.param_groups]
+    settings = {key: groups[0][key] for key in SGD_KEYS}
+    if any(group[key] != settings[key] for group in groups[1:] for key in SGD_KEYS):
+        return None
+    return settings
+
+
 def step_together(optimizers: Sequence[torch.optim.Optimizer]) -> bool:
     """Step ``optimizers`` as one foreach SGD update if they are all ``torch.optim.SGD`` with one
     set of hyperparameters (then return True); otherwise do nothing and return False.
@@ -35,11 +47,8 @@ def step_together(optimizers: Sequence[torch.optim.Optimizer]) -> bool:
     the parameters are bit-identical; each optimizer's momentum buffers stay in its own ``state``,
     so checkpoints hold one optimizer state per party as before.
     """
-    if not optimizers or not all(_plain_sgd(opt) for opt in optimizers):
-        return False
-    groups = [group for opt in optimizers for group in opt.param_groups]
-    settings = {key: groups[0][key] for key in SGD_KEYS}
-    if any(group[key] != settings[key] for group in groups[1:] for key in SGD_KEYS):
+    settings = plain_sgd_settings(optimizers)
+    if settings is None:
         return False
     pairs = [
         (opt, p)

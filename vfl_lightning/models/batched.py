@@ -10,7 +10,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.sgd import sgd
 
+from vfl_lightning.algorithms.party_steps import plain_sgd_settings
 from vfl_lightning.models.encoders import MLPEncoder
 
 ELEMENTWISE = (nn.Identity, nn.ReLU, nn.Tanh, nn.Sigmoid)
@@ -94,21 +96,31 @@ def groupable(parties: Sequence[nn.Module]) -> bool:
 
 class GroupedParties:
     """h_m = party_m(x_m) for every m as one (M, B, P) tensor, for :func:`groupable` parties: each
-    linear layer is one batched matrix product over the parties' stacked weights, and gradients
-    reach every party's own parameters through the stack (the parties stay separate modules with
-    separate optimizers). Equal to the loop up to float rounding: a batched GEMM may sum in
-    another order (bit-identical on the CPU builds measured here).
+    linear layer is one batched matrix product over the parties' stacked weights. Equal to the
+    loop up to float rounding: a batched GEMM may sum in another order (bit-identical on the CPU
+    builds measured here).
+
+    The parties stay separate modules with separate parameters, optimizers and checkpoint keys,
+    but their parameters live in shared storage: per parameter name one stacked leaf tensor
+    (``stacked[name]``, shape (M, *shape)) of which every party's parameter is a view, so the
+    forward reads the stack without copying it and the backward leaves one (M, *shape) gradient
+    per name in ``stacked[name].grad``. Then either :meth:`step` updates the stacks in one foreach
+    SGD step (each party optimizer's momentum buffer a view of one stacked buffer), or
+    :meth:`distribute_gradients` hands each party its slice as ``.grad`` for its own optimizer.
+    If a party's parameters stop being views (moved to another device or dtype, replaced), the
+    next forward re-stacks them from their current values.
     """
 
     def __init__(self, parties: Sequence[MLPEncoder]) -> None:
         if not groupable(parties):
             raise ValueError("GroupedParties needs MLPEncoder parties of one architecture")
         self.parties = list(parties)
+        self._buffers: dict[str, tuple[torch.Tensor, list[torch.Tensor]]] = {}
         self._collect()
 
     def _collect(self) -> None:
         """The first party's chain without its Flatten, and per linear layer the M parties'
-        parameters (by reference) under that layer's names."""
+        parameters (by reference) under that layer's names; then bind them to stacks."""
         chain = linear_chain(self.parties[0])
         self.chain = [
             (prefix, layer) for prefix, layer in chain if not isinstance(layer, nn.Flatten)
@@ -123,12 +135,118 @@ class GroupedParties:
                     ]
         self._first_linear = next(layer for _, layer in self.chain if isinstance(layer, nn.Linear))
         self._first = self._first_linear.weight
+        self._bind()
+
+    def _bind(self) -> None:
+        """Stack every party's parameter values per name into one leaf and make each party's
+        parameter a view of its row (the values do not change)."""
+        self.stacked: dict[str, torch.Tensor] = {}
+        self._views: list[tuple[torch.Tensor, int]] = []
+        with torch.no_grad():
+            for name, members in self.members.items():
+                stack = torch.stack([p.detach() for p in members]).requires_grad_()
+                for m, p in enumerate(members):
+                    p.data = stack.data[m]
+                    self._views.append((p, p.data_ptr()))
+                self.stacked[name] = stack
+        self._buffers = {}
+
+    def _bound(self) -> bool:
+        return self._first_linear.weight is self._first and all(
+            p.data_ptr() == pointer for p, pointer in self._views
+        )
 
     def __call__(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
-        if (
-            self._first_linear.weight is not self._first
-        ):  # parameters replaced (e.g. moved): re-collect
+        if self._first_linear.weight is not self._first:  # parameters replaced: re-collect
             self._collect()
+        elif not self._bound():  # moved to another device or dtype: re-stack
+            self.distribute_gradients()
+            self._bind()
         hidden = torch.stack([x.reshape(x.shape[0], -1) for x in xs])
-        stacked = {name: torch.stack(members) for name, members in self.members.items()}
-        return chain_forward(self.chain, stacked, hidden)
+        return chain_forward(self.chain, self.stacked, hidden)
+
+    def zero_grad(self) -> None:
+        """Drop the stacks' gradients (the parties' ``zero_grad`` leaves them alone)."""
+        for stack in self.stacked.values():
+            stack.grad = None
+
+    def distribute_gradients(self) -> None:
+        """Move each stack's gradient to the parties: party m's parameter gets row m as its
+        ``.grad`` (added to a gradient it already has)."""
+        for name, stack in self.stacked.items():
+            gradient, stack.grad = stack.grad, None
+            if gradient is None:
+                continue
+            for m, p in enumerate(self.members[name]):
+                p.grad = gradient[m] if p.grad is None else p.grad + gradient[m]
+
+    def step(self, optimizers: Sequence[torch.optim.Optimizer]) -> bool:
+        """One foreach SGD update of every stack from its gradient, if ``optimizers`` (party m's
+        at position m, each holding exactly that party's parameters) are plain SGD with one set
+        of hyperparameters and no party parameter has a gradient of its own; then True. Each
+        party optimizer keeps its momentum buffer as a view of a stacked buffer (re-stacked from
+        the optimizers' own buffers when those were replaced, e.g. by a checkpoint load), so the
+        values are those of M separate SGD steps, and each party's ``.grad`` is then its row of
+        the step's gradient. Otherwise nothing happens and False."""
+        if len(optimizers) != len(self.parties):
+            return False
+        if any(p.grad is not None for p, _ in self._views):
+            return False
+        settings = plain_sgd_settings(optimizers)
+        if settings is None or not self._own_parameters(optimizers):
+            return False
+        names = [name for name, stack in self.stacked.items() if stack.grad is not None]
+        if not names:
+            return True
+        momentum = settings["momentum"] != 0
+        buffers = [self._momentum_buffer(name, optimizers) for name in names] if momentum else []
+        if momentum and any(b is False for b in buffers):
+            return False
+        stacks = [self.stacked[name] for name in names]
+        grads = [stack.grad for stack in stacks]
+        with torch.no_grad():
+            sgd(stacks, grads, buffers, foreach=True, **settings)
+        for name, buffer in zip(names, buffers, strict=False):
+            if self._buffers.get(name, (None,))[0] is not buffer:  # created by this step
+                self._adopt_buffer(name, buffer, optimizers)
+        # each party keeps its gradient of this step as ``.grad`` (a row of the stacked one), as
+        # after its own optimizer's step
+        self.distribute_gradients()
+        return True
+
+    def _own_parameters(self, optimizers: Sequence[torch.optim.Optimizer]) -> bool:
+        """Whether optimizer m holds exactly party m's grouped parameters (checked once per set
+        of optimizer objects)."""
+        key = tuple(id(opt) for opt in optimizers)
+        if getattr(self, "_checked_optimizers", None) == key:
+            return True
+        for m, opt in enumerate(optimizers):
+            held = {id(p) for group in opt.param_groups for p in group["params"]}
+            mine = {id(members[m]) for members in self.members.values()}
+            if held != mine:
+                return False
+        self._checked_optimizers = key
+        return True
+
+    def _momentum_buffer(self, name: str, optimizers) -> torch.Tensor | None | bool:
+        """The stacked momentum buffer of ``name`` whose rows the optimizers hold (re-stacked
+        from theirs when they hold others), None before the first step, False when only some
+        parties have one."""
+        members = self.members[name]
+        held = [opt.state[p].get("momentum_buffer") for opt, p in zip(optimizers, members)]
+        entry = self._buffers.get(name)
+        if entry is not None and all(h is v for h, v in zip(held, entry[1], strict=True)):
+            return entry[0]
+        if all(h is None for h in held):
+            return None
+        if any(h is None for h in held):
+            return False
+        buffer = torch.stack(held)
+        self._adopt_buffer(name, buffer, optimizers)
+        return buffer
+
+    def _adopt_buffer(self, name: str, buffer: torch.Tensor, optimizers) -> None:
+        views = list(buffer.unbind(0))
+        for opt, p, view in zip(optimizers, self.members[name], views, strict=True):
+            opt.state[p]["momentum_buffer"] = view
+        self._buffers[name] = (buffer, views)

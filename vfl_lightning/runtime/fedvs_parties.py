@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from vfl_lightning.algorithms.party_steps import zero_together
 from vfl_lightning.runtime.parties import LocalParties
 
 
@@ -118,7 +117,7 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         module = self.module
         party_opts, _ = module.split_optimizers()
         N = module.num_parties
-        zero_together([opt.optimizer for opt in party_opts])
+        module.zero_party_gradients(party_opts)
         module.backward_parties(module.embed(xs), [gradient / N] * N)
         module.step_parties(party_opts)
         self.project_weights()

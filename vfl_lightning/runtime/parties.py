@@ -221,7 +221,7 @@ class LocalParties(Parties):
         module = self.module
         party_opts, _ = module.split_optimizers()
         embeddings = module.embed(self._last_xs) if fresh else self._last_embeddings
-        zero_together([opt.optimizer for opt in party_opts])
+        module.zero_party_gradients(party_opts)
         module.backward_parties(embeddings, gradients)
         if mu > 0:
             penalties = [
