@@ -14,16 +14,17 @@ from vfl_lightning.train import train
 
 @pytest.fixture
 def recorded_keys(monkeypatch):
-    """Every (pair, round) stream and its PRG key that PairwiseMasking expands during the test."""
+    """Every (pair, round) stream whose masks PairwiseMasking applies to a release during the
+    test, with its PRG key. (Masks may be expanded a few rounds ahead of their use; a stream
+    expanded but never applied releases nothing.)"""
     used: list[tuple[int, int, int]] = []
-    original = PairwiseMasking.key_words
+    original = PairwiseMasking.mask_stacked
 
-    def recording(self, round, device=None):
-        keys = original(self, round, device)
-        used.extend((pair, int(round), key) for pair, key in enumerate(keys.tolist()))
-        return keys
+    def recording(self, secrets, round):
+        used.extend((pair, int(round), key) for pair, key in enumerate(self.stream_keys(round)))
+        return original(self, secrets, round)
 
-    monkeypatch.setattr(PairwiseMasking, "key_words", recording)
+    monkeypatch.setattr(PairwiseMasking, "mask_stacked", recording)
     return used
 
 

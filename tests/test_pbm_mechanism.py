@@ -254,3 +254,36 @@ def test_inverse_cdf_counts_equal_a_scalar_reference(b):
                 break
             expected += u >= cdf
         assert count == expected
+
+
+def test_masks_expanded_ahead_in_blocks_equal_each_rounds_own_expansion():
+    """Net masks served from blocks of consecutive rounds (training), from single-round blocks
+    (evaluation streams far away), for shorter and longer messages, and after masking in place
+    elsewhere, equal the net of that round's own pair streams: Σ_{j>m} u_mj − Σ_{i<m} u_im mod R."""
+    masking = PairwiseMasking(4, 7, seed=5)
+    reference = PairwiseMasking(4, 7, seed=5)
+
+    def expected(round, numel):
+        pair = reference.pair_masks(round, numel)
+        net = torch.zeros(4, numel, dtype=torch.int64)
+        for k, (i, j) in enumerate(reference.pairs):
+            net[i] += pair[k]
+            net[j] -= pair[k]
+        return net % reference.modulus
+
+    def check(requests):
+        for round, numel in requests:
+            secrets = torch.randint(0, 16, (4, numel))
+            masked = masking.mask_stacked(secrets, round)
+            assert torch.equal(masked, (secrets + expected(round, numel)) % masking.modulus)
+            assert torch.equal(masking.party_masks(round, (numel,)), expected(round, numel))
+
+    check([(r, 50) for r in range(40)])  # consecutive rounds: the blocks grow
+    assert max(block.shape[0] for _, block in masking._blocks) == masking.BLOCK_ROUNDS
+    check([(2**60 + 7, 50), (40, 50), (2**60 + 8, 120), (41, 30), (42, 120), (3, 50)])
+    check([(2**64 - 1, 10)])  # the last round there is
+    # the cached masks are read-only to callers: masking twice gives the same values
+    secrets = torch.ones(4, 50, dtype=torch.int64)
+    first = masking.mask_stacked(secrets, 10).clone()
+    masking.party_masks(10, (50,)).add_(1)
+    assert torch.equal(masking.mask_stacked(secrets, 10), first)

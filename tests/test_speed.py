@@ -334,6 +334,76 @@ def test_result_metric_same_device_fast_path_keeps_lightnings_values(monkeypatch
     assert all(d.device.type == "meta" for d in metric._defaults.values())
 
 
+def test_memoized_hook_signature_check_answers_as_lightning():
+    """The training loop's ``batch_idx`` question is answered from a cache keyed by the function,
+    with Lightning's answers, for methods, functions, decorated functions and other callables."""
+    import functools
+
+    from lightning.pytorch.loops import training_epoch_loop
+    from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
+
+    import vfl_lightning.algorithms.base  # noqa: F401  (installs the fast path)
+    from vfl_lightning.lightning_speedups import memoized_signature_check
+
+    assert getattr(training_epoch_loop.is_param_in_hook_signature, "_vfl_fast_same_device", False)
+
+    def decorated(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    class Steps:
+        def with_idx(self, batch, batch_idx):
+            return batch
+
+        def without(self, batch):
+            return batch
+
+        def star(self, *args):
+            return args
+
+        @decorated
+        def wrapped(self, batch):
+            return batch
+
+        def __call__(self, batch, other):
+            return batch
+
+    steps = Steps()
+    calls = []
+
+    def counting(*args):
+        calls.append(args)
+        return is_param_in_hook_signature(*args)
+
+    check = memoized_signature_check(counting)
+    hooks = [steps.with_idx, steps.without, steps.star, steps.wrapped, steps]
+    hooks += [functools.partial(Steps.with_idx, steps), lambda batch, batch_idx: batch]
+    for hook in hooks:
+        for question in [("batch_idx", False, 2), ("batch_idx", True, None), ("x", False, None)]:
+            answer = is_param_in_hook_signature(hook, *question)
+            assert check(hook, *question) == answer
+            assert check(hook, *question) == answer
+    # functions and methods were asked once per question, other callables every time
+    assert len(calls) == 3 * (5 + 2 * 2)
+
+
+def test_lightnings_hook_name_bookkeeping_skips_the_module_attribute_checks(make_cfg):
+    """``_current_fx_name`` is set as a plain attribute; anything else still goes through
+    ``nn.Module.__setattr__`` (a module assigned later is registered as a submodule)."""
+    from vfl_lightning.train import build
+
+    _, module = build(make_cfg("algo=npq"))
+    module._current_fx_name = "training_step"
+    assert module.__dict__["_current_fx_name"] == "training_step"
+    module._current_fx_name = None
+    assert module._current_fx_name is None
+    module.extra = torch.nn.Linear(2, 2)
+    assert "extra" in module._modules and "extra" not in module.__dict__
+
+
 def _reference_and_grouped(count=4, momentum=0.9, weight_decay=0.0):
     """Two copies of ``count`` parties with one SGD optimizer each: the first to step party by
     party, the second with the stacked step."""

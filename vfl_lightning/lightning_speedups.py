@@ -1,6 +1,6 @@
-"""A fast path for one of Lightning's per-``self.log`` costs, installed when the library is used.
+"""Fast paths for two of Lightning's fixed per-call costs, installed when the library is used.
 
-Every ``self.log(name, value)`` ends in ``_ResultCollection.log``, which calls
+**Per ``self.log`` call.** Every ``self.log(name, value)`` ends in ``_ResultCollection.log``, which calls
 ``_ResultMetric.to(value.device)`` on the stored metric, also when it is already there. That
 ``to`` rebuilds the metric's whole ``__dict__`` (about 45 entries: module hooks, torchmetrics
 bookkeeping, the metadata dataclass) through ``apply_to_collection``: about 0.45 ms on the
@@ -12,11 +12,24 @@ model's run (``bench/time_to_result.py``).
 tensor-valued metric whose every state tensor (current value and default, per state) is already
 on that device returns the metric at once, which is what the original does in effect (tensors on
 their device are returned as they are). Any other call (another device, a dtype, keyword
-arguments, a metric that wraps a torchmetrics ``Metric``) takes Lightning's own code. If
-Lightning's internals change so that the class or attribute is missing, nothing is installed.
+arguments, a metric that wraps a torchmetrics ``Metric``) takes Lightning's own code.
+
+**Per training batch.** Before every batch the training loop asks
+``is_param_in_hook_signature(training_step, "batch_idx", min_args=2)``, which runs
+``inspect.getfullargspec`` on the bound method: about 60 µs a batch, a twentieth of a small
+model's whole step. The answer depends only on the function's signature, so :func:`install` gives
+the training loop a memoized copy, keyed by the function (a bound method's ``__func__``) and the
+question's arguments. Other callables (a ``functools.partial``, an object with ``__call__``) are
+asked afresh every time, as Lightning does.
+
+If Lightning's internals change so that a class, module or attribute is missing, that fast path
+is not installed.
 """
 
 from __future__ import annotations
+
+import functools
+import types
 
 import torch
 
@@ -40,6 +53,46 @@ def _on_device(metric, device: torch.device) -> bool:
 
 
 def install() -> bool:
+    """Install both fast paths (once); whether both are in place."""
+    return _install_result_metric_to() & _install_signature_cache()
+
+
+def memoized_signature_check(original):
+    """``original`` (Lightning's ``is_param_in_hook_signature``) with its answers kept per
+    (function, param, explicit, min_args) for functions and bound methods."""
+
+    @functools.lru_cache(maxsize=256)
+    def cached(function, param, explicit, min_args):
+        return original(function, param, explicit, min_args)
+
+    @functools.wraps(original)
+    def check(hook_fx, param, explicit=False, min_args=None):
+        function = hook_fx.__func__ if isinstance(hook_fx, types.MethodType) else hook_fx
+        if isinstance(function, types.FunctionType):
+            # the unbound function has the bound method's parameters, ``self`` first, so
+            # Lightning's ``args[1:]`` reads the same parameters from either
+            return cached(function, param, explicit, min_args)
+        return original(hook_fx, param, explicit, min_args)
+
+    setattr(check, _MARK, True)
+    return check
+
+
+def _install_signature_cache() -> bool:
+    """Give the training loop :func:`memoized_signature_check` (once); whether it is in place."""
+    try:
+        from lightning.pytorch.loops import training_epoch_loop
+    except ImportError:
+        return False
+    original = getattr(training_epoch_loop, "is_param_in_hook_signature", None)
+    if original is None:
+        return False
+    if not getattr(original, _MARK, False):
+        training_epoch_loop.is_param_in_hook_signature = memoized_signature_check(original)
+    return True
+
+
+def _install_result_metric_to() -> bool:
     """Wrap ``_ResultMetric.to`` with the same-device fast path (once); whether it is in place."""
     try:
         from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric

@@ -188,6 +188,15 @@ class VFLModule(L.LightningModule):
     def num_parties(self) -> int:
         return self._num_parties
 
+    def __setattr__(self, name: str, value) -> None:
+        # Lightning sets ``_current_fx_name`` (a string or None) before and after every hook it
+        # calls, a dozen times per training batch; ``nn.Module.__setattr__`` first checks whether
+        # the value is a parameter, module or buffer (about 6 µs a call), which such a name never is.
+        if name == "_current_fx_name" and (value is None or isinstance(value, str)):
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
     # ----------------------------------------------------------------- optimizers
     def configure_optimizers(self):
         party_opts = [self.optimizer_factory(p.parameters()) for p in self.parties]

@@ -152,7 +152,7 @@ class PBM(Mechanism):
         self.stats["pbm/clip_fraction"] = (stacked.abs() > self.C).float().mean()
         # every party draws its own counts; one vectorized call over the stacked parties
         counts = self.quantize(stacked.clamp(-self.C, self.C), generator)
-        return self.masking.mask(list(counts.unbind(0)), round)
+        return list(self.masking.mask_stacked(counts, round).unbind(0))
 
     def encode_party(self, party, embedding, *, generator=None, round=0) -> torch.Tensor:
         clipped = embedding.detach().clamp(-self.C, self.C)

@@ -109,6 +109,8 @@ class PairwiseMasking:
         per_word = 64 // self.modulus_bits
         self._field_shifts = torch.arange(per_word, dtype=torch.int64) * self.modulus_bits
         self._cached_constants: tuple | None = None
+        self._blocks: list[tuple[int, torch.Tensor]] = []
+        self._last_block_rounds = 0
 
     @property
     def num_pairs(self) -> int:
@@ -164,29 +166,79 @@ class PairwiseMasking:
         Word c of pair k's stream is splitmix64(key_k + (c+1)·γ); each 64-bit word is cut into
         ⌊64 / log2 R⌋ disjoint fields of log2 R bits, one mask element per field.
         """
+        return self._pair_masks_of_rounds([round], numel, device)[0]
+
+    def _pair_masks_of_rounds(
+        self, rounds: list[int], numel: int, device: torch.device | None
+    ) -> torch.Tensor:
+        """:meth:`pair_masks` of several rounds at once: shape (len(rounds), num_pairs, numel)."""
         per_word = 64 // self.modulus_bits
         words = -(-numel // per_word)
         steps, shifts, _, _ = self._constants(words, device)
-        values = splitmix64(self.key_words(round, device)[:, None] + steps[None, :])
+        keys = torch.stack([self.key_words(round, device) for round in rounds])
+        values = splitmix64(keys[:, :, None] + steps)
         # field f is bits [f·k, (f+1)·k) of the word, k = log2 R, (f+1)·k <= 64: the arithmetic
         # shift's copies of the sign bit land at bit 64 − f·k >= k or above, which the mask drops
-        fields = (values[:, :, None] >> shifts) & (self.modulus - 1)
-        return fields.reshape(self.num_pairs, words * per_word)[:, :numel]
+        fields = (values[..., None] >> shifts) & (self.modulus - 1)
+        return fields.reshape(len(rounds), self.num_pairs, words * per_word)[..., :numel]
+
+    BLOCK_ELEMENTS = 1 << 18
+    """A block of rounds holds at most this many (round, pair or party, element) mask values."""
+    BLOCK_ROUNDS = 32
+    """At most this many rounds are expanded in one block."""
+    KEPT_BLOCKS = 3
+    """Blocks kept at once (the latest ones)."""
+
+    def _net_masks(self, round: int, numel: int, device) -> torch.Tensor:
+        """Every party's net mask of ``round``, shape (M, ≥ numel), int64 in [0, R): a read-only
+        view of a block of consecutive rounds expanded at once.
+
+        A party's mask of round r does not depend on when it is computed, and the first n
+        elements of a stream are the same whatever its length, so masks can be expanded ahead:
+        while requests run through consecutive rounds (training), each new block covers twice
+        as many rounds as the last (up to :attr:`BLOCK_ROUNDS` and :attr:`BLOCK_ELEMENTS`),
+        which spreads the fixed cost of the dozen tensor operations of an expansion over them; a
+        request outside the blocks kept (an evaluation stream, a longer message) starts a new
+        block of one round. The last few blocks are kept, so evaluation releases between two
+        training rounds do not evict the training block. Nothing here is state: a resumed run
+        expands the same values.
+        """
+        device = torch.device("cpu") if device is None else torch.device(device)
+        for start, block in self._blocks:
+            if (
+                start <= round < start + block.shape[0]
+                and block.shape[2] >= numel
+                and block.device == device
+            ):
+                return block[round - start]
+        continues = any(start + block.shape[0] == round for start, block in self._blocks)
+        rounds = 1
+        if continues and self._last_block_rounds:
+            rounds = min(2 * self._last_block_rounds, self.BLOCK_ROUNDS)
+        per_round = max(self.num_pairs, self.num_parties) * numel
+        rounds = max(1, min(rounds, self.BLOCK_ELEMENTS // per_round))
+        rounds = min(rounds, (1 << 64) - round)
+        block = torch.zeros(rounds, self.num_parties, numel, dtype=torch.int64, device=device)
+        if self.num_pairs:
+            masks = self._pair_masks_of_rounds(list(range(round, round + rounds)), numel, device)
+            words = -(-numel // (64 // self.modulus_bits))
+            _, _, adding, subtracting = self._constants(words, device)
+            block.index_add_(1, adding, masks)
+            block.index_add_(1, subtracting, masks, alpha=-1)
+        # int64 addition wraps mod 2^64 and R divides 2^64, so reducing at the end is exact.
+        block.bitwise_and_(self.modulus - 1)
+        self._last_block_rounds = rounds
+        self._blocks = [*self._blocks[-(self.KEPT_BLOCKS - 1) :], (round, block)]
+        return block[0]
 
     def party_masks(
         self, round: int, shape: torch.Size | tuple[int, ...], device=None
     ) -> torch.Tensor:
-        """Each party's net mask Σ_{j>m} u_mj − Σ_{i<m} u_im mod R: shape (M, *shape)."""
+        """Each party's net mask Σ_{j>m} u_mj − Σ_{i<m} u_im mod R: shape (M, *shape), a new
+        tensor (the expanded blocks stay unchanged whatever the caller does with it)."""
         numel = math.prod(shape)
-        total = torch.zeros(self.num_parties, numel, dtype=torch.int64, device=device)
-        if self.num_pairs:
-            masks = self.pair_masks(round, numel, device)
-            words = -(-numel // (64 // self.modulus_bits))
-            _, _, adding, subtracting = self._constants(words, device)
-            total.index_add_(0, adding, masks)
-            total.index_add_(0, subtracting, masks, alpha=-1)
-        # int64 addition wraps mod 2^64 and R divides 2^64, so reducing at the end is exact.
-        return total.bitwise_and_(self.modulus - 1).reshape(self.num_parties, *shape)
+        masks = self._net_masks(round, numel, device)[:, :numel]
+        return masks.clone(memory_format=torch.contiguous_format).view(self.num_parties, *shape)
 
     def holds_party(self, party: int) -> bool:
         """Whether every pair of ``party`` is held here (so its net mask can be computed)."""
@@ -198,18 +250,25 @@ class PairwiseMasking:
         ``mask(...)[party]`` of a masking that holds every pair."""
         if not self.holds_party(party):
             raise ValueError(f"party {party}'s pair seeds are not held here: it cannot mask")
-        mask = self.party_masks(round, secret.shape, secret.device)[party]
-        return (secret.to(torch.int64) + mask) & (self.modulus - 1)
+        numel = secret.numel()
+        mask = self._net_masks(round, numel, secret.device)[party, :numel]
+        return (secret.to(torch.int64) + mask.view(secret.shape)) & (self.modulus - 1)
 
     def mask(self, secrets: list[torch.Tensor], round: int) -> list[torch.Tensor]:
         """Party side: y_m = q_m + mask_m mod R for every party's integer tensor q_m."""
         if len(secrets) != self.num_parties:
             raise ValueError(f"expected {self.num_parties} party tensors, got {len(secrets)}")
+        return list(self.mask_stacked(torch.stack(list(secrets)), round).unbind(0))
+
+    def mask_stacked(self, secrets: torch.Tensor, round: int) -> torch.Tensor:
+        """:meth:`mask` of the parties' secrets stacked as one (M, ...) integer tensor."""
+        if secrets.shape[0] != self.num_parties:
+            raise ValueError(f"expected {self.num_parties} party tensors, got {secrets.shape[0]}")
         if self.num_pairs != self.num_parties * (self.num_parties - 1) // 2:
             raise ValueError("this side does not hold every pair seed: each party masks its own")
-        masks = self.party_masks(round, secrets[0].shape, secrets[0].device)
-        masked = masks.add_(torch.stack(list(secrets))).bitwise_and_(self.modulus - 1)
-        return list(masked.unbind(0))
+        numel = secrets[0].numel()
+        masks = self._net_masks(round, numel, secrets.device)[:, :numel].view(secrets.shape)
+        return (secrets.to(torch.int64) + masks).bitwise_and_(self.modulus - 1)
 
     def secure_sum(self, masked: list[torch.Tensor]) -> torch.Tensor:
         """Server side: Σ_m y_m mod R, which equals Σ_m q_m when that sum is below R."""
