@@ -3,19 +3,14 @@ hyperparameters step together through torch's foreach SGD, each keeping its own 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import torch
 from torch.optim.sgd import sgd
 
 SGD_KEYS = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize")
-
-
-def _plain_sgd(optimizer: torch.optim.Optimizer) -> bool:
-    return type(optimizer) is torch.optim.SGD and all(
-        not group["differentiable"] and not group["fused"] and isinstance(group["lr"], float)
-        for group in optimizer.param_groups
-    )
+_sgd_values = operator.itemgetter(*SGD_KEYS)
 
 
 def zero_together(optimizers: Sequence[torch.optim.Optimizer]) -> None:
@@ -28,14 +23,21 @@ def zero_together(optimizers: Sequence[torch.optim.Optimizer]) -> None:
 
 def plain_sgd_settings(optimizers: Sequence[torch.optim.Optimizer]) -> dict | None:
     """The shared SGD hyperparameters (``SGD_KEYS``) of ``optimizers`` if they are all plain
-    ``torch.optim.SGD`` with one set of them, else None."""
-    if not optimizers or not all(_plain_sgd(opt) for opt in optimizers):
-        return None
-    groups = [group for opt in optimizers for group in opt.param_groups]
-    settings = {key: groups[0][key] for key in SGD_KEYS}
-    if any(group[key] != settings[key] for group in groups[1:] for key in SGD_KEYS):
-        return None
-    return settings
+    ``torch.optim.SGD`` (not differentiable, not fused, a float lr) with one set of them, else
+    None. Asked before every step, so it reads each parameter group once."""
+    shared = None
+    for opt in optimizers:
+        if type(opt) is not torch.optim.SGD:
+            return None
+        for group in opt.param_groups:
+            if group["differentiable"] or group["fused"] or not isinstance(group["lr"], float):
+                return None
+            values = _sgd_values(group)
+            if shared is None:
+                shared = values
+            elif values != shared:
+                return None
+    return None if shared is None else dict(zip(SGD_KEYS, shared, strict=True))
 
 
 def step_together(optimizers: Sequence[torch.optim.Optimizer]) -> bool:

@@ -5,6 +5,7 @@ instead of a Python loop."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -141,20 +142,21 @@ class GroupedParties:
         """Stack every party's parameter values per name into one leaf and make each party's
         parameter a view of its row (the values do not change)."""
         self.stacked: dict[str, torch.Tensor] = {}
-        self._views: list[tuple[torch.Tensor, int]] = []
+        self._views: list[torch.Tensor] = []
         with torch.no_grad():
             for name, members in self.members.items():
                 stack = torch.stack([p.detach() for p in members]).requires_grad_()
                 for m, p in enumerate(members):
                     p.data = stack.data[m]
-                    self._views.append((p, p.data_ptr()))
+                    self._views.append(p)
                 self.stacked[name] = stack
+        self._pointers = [p.data_ptr() for p in self._views]
         self._buffers = {}
 
     def _bound(self) -> bool:
-        return self._first_linear.weight is self._first and all(
-            p.data_ptr() == pointer for p, pointer in self._views
-        )
+        return self._first_linear.weight is self._first and self._pointers == [
+            p.data_ptr() for p in self._views
+        ]
 
     def __call__(self, xs: Sequence[torch.Tensor]) -> torch.Tensor:
         if self._first_linear.weight is not self._first:  # parameters replaced: re-collect
@@ -177,8 +179,8 @@ class GroupedParties:
             gradient, stack.grad = stack.grad, None
             if gradient is None:
                 continue
-            for m, p in enumerate(self.members[name]):
-                p.grad = gradient[m] if p.grad is None else p.grad + gradient[m]
+            for p, row in zip(self.members[name], gradient.unbind(0), strict=True):
+                p.grad = row if p.grad is None else p.grad + row
 
     def step(self, optimizers: Sequence[torch.optim.Optimizer]) -> bool:
         """One foreach SGD update of every stack from its gradient, if ``optimizers`` (party m's
@@ -190,7 +192,7 @@ class GroupedParties:
         the step's gradient. Otherwise nothing happens and False."""
         if len(optimizers) != len(self.parties):
             return False
-        if any(p.grad is not None for p, _ in self._views):
+        if any(p.grad is not None for p in self._views):
             return False
         settings = plain_sgd_settings(optimizers)
         if settings is None or not self._own_parameters(optimizers):
@@ -235,7 +237,7 @@ class GroupedParties:
         members = self.members[name]
         held = [opt.state[p].get("momentum_buffer") for opt, p in zip(optimizers, members)]
         entry = self._buffers.get(name)
-        if entry is not None and all(h is v for h, v in zip(held, entry[1], strict=True)):
+        if entry is not None and all(map(operator.is_, held, entry[1])):
             return entry[0]
         if all(h is None for h in held):
             return None

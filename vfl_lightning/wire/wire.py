@@ -7,7 +7,7 @@ party exchanged (``observed``, ``exchanged``), so attacks and tests can look at 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -22,8 +22,7 @@ def tensor_bits(tensor: torch.Tensor, bits_per_element: int | None = None) -> in
     return tensor.numel() * width
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(NamedTuple):
     """One message as a party saw it: sent (``up``) or received (``down``), its kind, its value."""
 
     direction: str
@@ -63,12 +62,14 @@ class Wire:
         payload = payload.detach()
         bits = tensor_bits(payload, bits_per_element)
         self.ledger.record(direction, party, bits, kind, payload.shape)
-        if direction in self._round_bits:
-            self._round_bits[direction][party] += bits
+        round_bits = self._round_bits.get(direction)
+        if round_bits is not None:
+            round_bits[party] += bits
         self.observed[direction][party] = payload
-        if self.exchanged_round[party] != self.ledger.rounds:
+        rounds = self.ledger.rounds
+        if self.exchanged_round[party] != rounds:
             self.exchanged[party] = []
-            self.exchanged_round[party] = self.ledger.rounds
+            self.exchanged_round[party] = rounds
         self.exchanged[party].append(Message(direction, kind, payload))
         return payload
 
@@ -80,8 +81,9 @@ class Wire:
         kind: str = "embedding",
     ) -> list[torch.Tensor]:
         """Each party m sends ``payloads[m]`` to the server."""
+        send = self.send
         return [
-            self.send(UPLINK, m, p, bits_per_element=bits_per_element, kind=kind)
+            send(UPLINK, m, p, bits_per_element=bits_per_element, kind=kind)
             for m, p in enumerate(payloads)
         ]
 
@@ -93,8 +95,9 @@ class Wire:
         kind: str = "gradient",
     ) -> list[torch.Tensor]:
         """The server sends ``payloads[m]`` to party m."""
+        send = self.send
         return [
-            self.send(DOWNLINK, m, p, bits_per_element=bits_per_element, kind=kind)
+            send(DOWNLINK, m, p, bits_per_element=bits_per_element, kind=kind)
             for m, p in enumerate(payloads)
         ]
 
