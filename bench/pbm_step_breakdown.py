@@ -1,6 +1,8 @@
 """Where a PBM-VFL step's extra time goes: the mechanism's parts timed alone, in one process.
 
 Same shapes as bench/step_overhead.py (batch 256, P = 16). Prints CPU microseconds per call.
+Every release takes the next round, as training does, so the pair masks are expanded in blocks of
+consecutive rounds (``PairwiseMasking``) and their column is the per-round share of a block.
 
     python bench/pbm_step_breakdown.py --parties 4 --b 2 16 64
 """
@@ -8,6 +10,7 @@ Same shapes as bench/step_overhead.py (batch 256, P = 16). Prints CPU microsecon
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import torch
@@ -61,13 +64,17 @@ def main() -> None:
     for b in args.b:
         pbm = PBM(args.parties, b, args.beta)
         counts = list(pbm.quantize(stacked, generator).unbind(0))
-        masked = pbm.masking.mask(counts, 1)
+        masked = pbm.masking.mask(counts, 0)
+        rounds = itertools.count(1)
         total = cpu_us(
-            lambda p=pbm: p.fuse(p.encode(embeddings, generator=generator, round=1)), args.repeats
+            lambda p=pbm, r=rounds: p.fuse(
+                p.encode(embeddings, generator=generator, round=next(r))
+            ),
+            args.repeats,
         )
         quantize = cpu_us(lambda p=pbm: p.quantize(stacked, generator), args.repeats)
-        masks = cpu_us(lambda p=pbm: p.masking.party_masks(1, shape), args.repeats)
-        mask = cpu_us(lambda p=pbm, c=counts: p.masking.mask(c, 1), args.repeats)
+        masks = cpu_us(lambda p=pbm, r=rounds: p.masking.party_masks(next(r), shape), args.repeats)
+        mask = cpu_us(lambda p=pbm, c=counts, r=rounds: p.masking.mask(c, next(r)), args.repeats)
         server = cpu_us(lambda p=pbm, y=masked: p.fuse(y), args.repeats)
         print(
             f"| pbm b={b} (R = 2^{pbm.bits_per_element}) | {total:.0f} | {quantize:.0f} | "

@@ -182,7 +182,7 @@ class PairwiseMasking:
         fields = (values[..., None] >> shifts) & (self.modulus - 1)
         return fields.reshape(len(rounds), self.num_pairs, words * per_word)[..., :numel]
 
-    BLOCK_ELEMENTS = 1 << 18
+    BLOCK_ELEMENTS = 1 << 16
     """A block of rounds holds at most this many (round, pair or party, element) mask values."""
     BLOCK_ROUNDS = 32
     """At most this many rounds are expanded in one block."""
