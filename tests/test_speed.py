@@ -310,7 +310,7 @@ def test_result_metric_same_device_fast_path_keeps_lightnings_values(monkeypatch
 
     import vfl_lightning.algorithms.base  # noqa: F401  (installs the fast path)
 
-    assert getattr(result._ResultMetric.to, "_vfl_fast_same_device", False)
+    assert getattr(result._ResultMetric.to, "_vfl_fast_path", False)
     walks = []
     original_apply = result.apply_to_collection
     monkeypatch.setattr(
@@ -345,7 +345,7 @@ def test_memoized_hook_signature_check_answers_as_lightning():
     import vfl_lightning.algorithms.base  # noqa: F401  (installs the fast path)
     from vfl_lightning.lightning_speedups import memoized_signature_check
 
-    assert getattr(training_epoch_loop.is_param_in_hook_signature, "_vfl_fast_same_device", False)
+    assert getattr(training_epoch_loop.is_param_in_hook_signature, "_vfl_fast_path", False)
 
     def decorated(fn):
         @functools.wraps(fn)

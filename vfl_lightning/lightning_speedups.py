@@ -22,8 +22,8 @@ the training loop a memoized copy, keyed by the function (a bound method's ``__f
 question's arguments. Other callables (a ``functools.partial``, an object with ``__call__``) are
 asked afresh every time, as Lightning does.
 
-If Lightning's internals change so that a class, module or attribute is missing, that fast path
-is not installed.
+If Lightning's internals change so that a module or attribute is missing, that fast path is not
+installed.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import types
 
 import torch
 
-_MARK = "_vfl_fast_same_device"
+_MARK = "_vfl_fast_path"
+"""Set on every function this module installed, so a second ``install`` changes nothing."""
 
 
 def _on_device(metric, device: torch.device) -> bool:
@@ -54,7 +55,41 @@ def _on_device(metric, device: torch.device) -> bool:
 
 def install() -> bool:
     """Install both fast paths (once); whether both are in place."""
-    return _install_result_metric_to() & _install_signature_cache()
+    try:
+        from lightning.pytorch.loops import training_epoch_loop
+        from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
+    except ImportError:
+        return False
+    return _replace_once(_ResultMetric, "to", same_device_to) & _replace_once(
+        training_epoch_loop, "is_param_in_hook_signature", memoized_signature_check
+    )
+
+
+def _replace_once(owner, name: str, make_fast_path) -> bool:
+    """Replace ``owner.name`` by ``make_fast_path(original)`` unless already done; whether a
+    fast path is in place (False when Lightning no longer has that attribute)."""
+    original = getattr(owner, name, None)
+    if original is None:
+        return False
+    if not getattr(original, _MARK, False):
+        fast = make_fast_path(original)
+        setattr(fast, _MARK, True)
+        setattr(owner, name, fast)
+    return True
+
+
+def same_device_to(original):
+    """``_ResultMetric.to`` (``original``) returning the metric at once when it is asked for the
+    device its every state tensor is already on (see the module docstring)."""
+
+    @functools.wraps(original)
+    def to(self, *args, **kwargs):
+        same_device = len(args) == 1 and not kwargs and isinstance(args[0], torch.device)
+        if same_device and _on_device(self, args[0]):
+            return self
+        return original(self, *args, **kwargs)
+
+    return to
 
 
 def memoized_signature_check(original):
@@ -74,44 +109,4 @@ def memoized_signature_check(original):
             return cached(function, param, explicit, min_args)
         return original(hook_fx, param, explicit, min_args)
 
-    setattr(check, _MARK, True)
     return check
-
-
-def _install_signature_cache() -> bool:
-    """Give the training loop :func:`memoized_signature_check` (once); whether it is in place."""
-    try:
-        from lightning.pytorch.loops import training_epoch_loop
-    except ImportError:
-        return False
-    original = getattr(training_epoch_loop, "is_param_in_hook_signature", None)
-    if original is None:
-        return False
-    if not getattr(original, _MARK, False):
-        training_epoch_loop.is_param_in_hook_signature = memoized_signature_check(original)
-    return True
-
-
-def _install_result_metric_to() -> bool:
-    """Wrap ``_ResultMetric.to`` with the same-device fast path (once); whether it is in place."""
-    try:
-        from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
-    except ImportError:
-        return False
-    original = getattr(_ResultMetric, "to", None)
-    if original is None:
-        return False
-    if getattr(original, _MARK, False):
-        return True
-
-    def to(self, *args, **kwargs):
-        same_device = len(args) == 1 and not kwargs and isinstance(args[0], torch.device)
-        if same_device and _on_device(self, args[0]):
-            return self
-        return original(self, *args, **kwargs)
-
-    setattr(to, _MARK, True)
-    to.__doc__ = original.__doc__
-    to.__wrapped__ = original
-    _ResultMetric.to = to
-    return True
