@@ -10,12 +10,8 @@ from scipy import stats
 
 from vfl_lightning.mechanisms.ldp import GaussianLDP, matched_sigma
 from vfl_lightning.mechanisms.pbm import PBM
-from vfl_lightning.mechanisms.secure_agg import (
-    PairwiseMasking,
-    ring_bits,
-    splitmix64,
-    splitmix64_int,
-)
+from vfl_lightning.mechanisms.secure_agg import PairwiseMasking, ring_bits
+from vfl_lightning.seeding import splitmix64, splitmix64_int
 
 
 def reference_splitmix64(x: int) -> int:

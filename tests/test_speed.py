@@ -237,12 +237,8 @@ def test_epoch_logs_are_complete_and_step_logs_follow_log_every_n_steps(make_cfg
 def test_pair_masks_come_from_each_pairs_stream_key(num_parties, bits):
     """The vectorized key derivation gives the masks the per-pair keys define: word c of pair k is
     splitmix64(key_k + (c+1)γ), cut into ⌊64 / bits⌋ fields of ``bits`` bits, low bits first."""
-    from vfl_lightning.mechanisms.secure_agg import (
-        _GOLDEN_GAMMA,
-        PairwiseMasking,
-        _as_int64,
-        splitmix64_int,
-    )
+    from vfl_lightning.mechanisms.secure_agg import PairwiseMasking
+    from vfl_lightning.seeding import GOLDEN_GAMMA, as_int64, splitmix64_int
 
     masking = PairwiseMasking(num_parties, bits, seed=11)
     numel, per_word = 23, 64 // bits
@@ -251,9 +247,9 @@ def test_pair_masks_come_from_each_pairs_stream_key(num_parties, bits):
         for pair, key in enumerate(masking.stream_keys(round)):
             expected = []
             for word in range(-(-numel // per_word)):
-                value = splitmix64_int((key + (word + 1) * _GOLDEN_GAMMA) & ((1 << 64) - 1))
+                value = splitmix64_int((key + (word + 1) * GOLDEN_GAMMA) & ((1 << 64) - 1))
                 expected += [(value >> (f * bits)) & ((1 << bits) - 1) for f in range(per_word)]
-            assert masks[pair].tolist() == [_as_int64(v) for v in expected[:numel]]
+            assert masks[pair].tolist() == [as_int64(v) for v in expected[:numel]]
 
 
 def test_accumulate_epoch_rejects_unknown_reduction(make_cfg):

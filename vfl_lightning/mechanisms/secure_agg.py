@@ -10,42 +10,10 @@ import math
 import torch
 
 from vfl_lightning.mechanisms.keys import seeded_pair_seeds
+from vfl_lightning.seeding import GOLDEN_GAMMA, as_int64, splitmix64, splitmix64_int
 
 RING_BITS_LIMIT = 62
 """Largest ring 2^k we use: two residues < 2^62 add without leaving int64."""
-
-_GOLDEN_GAMMA = 0x9E3779B97F4A7C15
-_MIX_1 = 0xBF58476D1CE4E5B9
-_MIX_2 = 0x94D049BB133111EB
-
-
-def _as_int64(value: int) -> int:
-    """The signed int64 with the same 64 bits as the unsigned ``value``."""
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _logical_shift_right(x: torch.Tensor, shift: int) -> torch.Tensor:
-    """Unsigned right shift on int64 (torch's ``>>`` is arithmetic: it copies the sign bit)."""
-    return (x >> shift) & ((1 << (64 - shift)) - 1)
-
-
-def splitmix64(x: torch.Tensor) -> torch.Tensor:
-    """The splitmix64 finalizer on int64 tensors (arithmetic wraps mod 2^64, as in C's uint64)."""
-    z = x + _as_int64(_GOLDEN_GAMMA)
-    z.bitwise_xor_(_logical_shift_right(z, 30)).mul_(_as_int64(_MIX_1))
-    z.bitwise_xor_(_logical_shift_right(z, 27)).mul_(_as_int64(_MIX_2))
-    return z.bitwise_xor_(_logical_shift_right(z, 31))
-
-
-def splitmix64_int(x: int) -> int:
-    """The same finalizer on one Python integer (unsigned 64-bit result), for per-pair keys."""
-    mask = (1 << 64) - 1
-    z = (x + _GOLDEN_GAMMA) & mask
-    z = ((z ^ (z >> 30)) * _MIX_1) & mask
-    z = ((z ^ (z >> 27)) * _MIX_2) & mask
-    return z ^ (z >> 31)
-
 
 def ring_bits(num_parties: int, trials: int) -> int:
     """⌈log2(M·b + 1)⌉: bits of the ring Z_R, R = 2^bits, that holds every sum of M values in [0, b]."""
@@ -104,7 +72,7 @@ class PairwiseMasking:
         self.subtracting_party = torch.tensor([j for _, j in self.pairs], dtype=torch.int64)
         self.pair_seeds = [int(pair_seeds[pair]) for pair in self.pairs]
         self._pair_seed_words = torch.tensor(
-            [_as_int64(seed) for seed in self.pair_seeds], dtype=torch.int64
+            [as_int64(seed) for seed in self.pair_seeds], dtype=torch.int64
         )
         per_word = 64 // self.modulus_bits
         self._field_shifts = torch.arange(per_word, dtype=torch.int64) * self.modulus_bits
@@ -126,7 +94,7 @@ class PairwiseMasking:
         if not 0 <= int(round) < 1 << 64:
             raise ValueError(f"round must be in [0, 2^64), got {round}")
         round_key = splitmix64_int(int(round))
-        return [_as_int64(splitmix64_int(seed ^ round_key)) for seed in self.pair_seeds]
+        return [as_int64(splitmix64_int(seed ^ round_key)) for seed in self.pair_seeds]
 
     PYTHON_KEYS_MAX_PAIRS = 32
     """Up to this many pairs, :meth:`key_words` derives the keys with Python integers (a few
@@ -138,7 +106,7 @@ class PairwiseMasking:
             raise ValueError(f"round must be in [0, 2^64), got {round}")
         if self.num_pairs <= self.PYTHON_KEYS_MAX_PAIRS:
             return torch.tensor(self.stream_keys(round), dtype=torch.int64, device=device)
-        round_key = _as_int64(splitmix64_int(int(round)))
+        round_key = as_int64(splitmix64_int(int(round)))
         return splitmix64(self._pair_seed_words.to(device) ^ round_key)
 
     def _constants(self, words: int, device: torch.device | None) -> tuple[torch.Tensor, ...]:
@@ -146,8 +114,8 @@ class PairwiseMasking:
         of each pair) on ``device``, kept for the last (words, device) asked for."""
         key = (words, str(device))
         if self._cached_constants is None or self._cached_constants[0] != key:
-            steps = torch.arange(1, words + 1, dtype=torch.int64, device=device) * _as_int64(
-                _GOLDEN_GAMMA
+            steps = torch.arange(1, words + 1, dtype=torch.int64, device=device) * as_int64(
+                GOLDEN_GAMMA
             )
             constants = (
                 steps,

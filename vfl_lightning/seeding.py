@@ -1,0 +1,98 @@
+"""Every derived generator seed of a run, from one function of (seed, role, party, stream), and the
+splitmix64 finalizer it and the secure-aggregation masks are built on (stdlib and torch only)."""
+
+from __future__ import annotations
+
+import torch
+
+GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+MIX_1 = 0xBF58476D1CE4E5B9
+MIX_2 = 0x94D049BB133111EB
+UINT64 = (1 << 64) - 1
+
+ROLES = ("server", "party", "simulation")
+"""Who draws: the server (the module's streams, the activation model of the asynchronous
+family), one party (its own noise, ZOO directions, work delays, FedVS data shares under Ray), or
+the local simulation drawing for every party at once (FedVS data shares under runtime=local)."""
+
+STREAM_OFFSETS = {"train": 0, "val": 1, "test": 2, "fedvs_data": 4, "delays": 5}
+"""Stream numbers of the server's and the parties' streams; any other stream (``predict``,
+``sanity``) is number 3. ``fedvs_data``: FedVS data-share masks, re-drawn from the seed on resume;
+``delays``: an asynchronous client's real work delays under ``runtime=ray`` (checkpointed)."""
+
+SPECIAL_STREAMS = {
+    ("server", "activation"): (7_919, 104_729),
+    ("simulation", "fedvs_data"): (7_919, 1),
+}
+"""Streams whose seed is ``seed * a + b`` for the (a, b) given: the recipes these streams had
+before seeds were derived in one place, kept so every earlier run reproduces bit for bit."""
+
+
+def as_int64(value: int) -> int:
+    """The signed int64 with the same 64 bits as the unsigned ``value``."""
+    value &= UINT64
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _logical_shift_right(x: torch.Tensor, shift: int) -> torch.Tensor:
+    """Unsigned right shift on int64 (torch's ``>>`` is arithmetic: it copies the sign bit)."""
+    return (x >> shift) & ((1 << (64 - shift)) - 1)
+
+
+def splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """The splitmix64 finalizer on int64 tensors (arithmetic wraps mod 2^64, as in C's uint64)."""
+    z = x + as_int64(GOLDEN_GAMMA)
+    z.bitwise_xor_(_logical_shift_right(z, 30)).mul_(as_int64(MIX_1))
+    z.bitwise_xor_(_logical_shift_right(z, 27)).mul_(as_int64(MIX_2))
+    return z.bitwise_xor_(_logical_shift_right(z, 31))
+
+
+def splitmix64_int(x: int) -> int:
+    """The same finalizer on one Python integer (unsigned 64-bit result), for per-pair keys."""
+    z = (x + GOLDEN_GAMMA) & UINT64
+    z = ((z ^ (z >> 30)) * MIX_1) & UINT64
+    z = ((z ^ (z >> 27)) * MIX_2) & UINT64
+    return z ^ (z >> 31)
+
+
+def derive_seed(seed: int, role: str, stream: str, party: int | None = None) -> int:
+    """The seed of ``role``'s generator of ``stream`` in the run seeded by ``seed`` (``party``:
+    the party's index, for ``role='party'`` only).
+
+    Server: ``seed * 1_000_003 + 7919 * offset + 17`` with the stream's offset
+    (:data:`STREAM_OFFSETS`); party m: that number mixed with m + 1 through splitmix64, so no two
+    parties share a stream; the streams of :data:`SPECIAL_STREAMS` keep their own recipe.
+    Derived randomness only: a party's private randomness (what no other party may reproduce)
+    must never pass through this function.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    if (role == "party") != (party is not None):
+        raise ValueError(f"party must be given for role='party' only, got {party!r} for {role!r}")
+    if party is not None and (isinstance(party, bool) or not isinstance(party, int) or party < 0):
+        raise ValueError(f"party must be an integer >= 0, got {party!r}")
+    special = SPECIAL_STREAMS.get((role, stream))
+    if special is not None:
+        return int(seed) * special[0] + special[1]
+    if role == "simulation":
+        allowed = sorted(s for r, s in SPECIAL_STREAMS if r == "simulation")
+        raise ValueError(f"role='simulation' draws only the streams {allowed}, got {stream!r}")
+    base = int(seed) * 1_000_003 + 7919 * STREAM_OFFSETS.get(stream, 3) + 17
+    if role == "server":
+        return base
+    mixed = splitmix64_int(splitmix64_int(base) ^ splitmix64_int(party + 1))
+    return mixed & (2**63 - 1)
+
+
+def seeded_generator(
+    seed: int,
+    role: str,
+    stream: str,
+    party: int | None = None,
+    device: torch.device | str = "cpu",
+) -> torch.Generator:
+    """A torch generator on ``device`` seeded with :func:`derive_seed`."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(derive_seed(seed, role, stream, party))
+    return generator
+
