@@ -12,7 +12,7 @@ import pytest
 from conftest import CONF_DIR
 
 from vfl_lightning import cli
-from vfl_lightning.errors import error_summary, exit_code
+from vfl_lightning.run.outcome import error_summary, exit_code
 from vfl_lightning.train import train
 
 ROOT = Path(CONF_DIR).parent

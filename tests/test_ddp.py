@@ -121,7 +121,8 @@ def _fit_in_threads(make_cfg, world_size: int, *overrides: str):
     from hydra.utils import instantiate
     from lightning.pytorch.callbacks import Checkpoint
 
-    from vfl_lightning.train import _callbacks, build
+    from vfl_lightning.run.assemble import make_callbacks
+    from vfl_lightning.train import build
 
     cfg = make_cfg(*overrides)
     built = []
@@ -131,7 +132,7 @@ def _fit_in_threads(make_cfg, world_size: int, *overrides: str):
     trainers = []
     for _ in range(world_size):
         callbacks = [  # as train() builds them (no progress bar when it is disabled)
-            c for c in _callbacks(cfg) if not isinstance(c, Checkpoint)
+            c for c in make_callbacks(cfg) if not isinstance(c, Checkpoint)
         ]
         trainers.append(
             instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=callbacks)

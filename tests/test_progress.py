@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from vfl_lightning.progress import ProgressBar
-from vfl_lightning.train import _callbacks
+from vfl_lightning.run.assemble import make_callbacks
 
 
 @pytest.mark.parametrize("value", [0, -1.5, True, "fast"])
@@ -32,8 +32,8 @@ def test_bar_updates_at_most_at_its_rate_and_on_the_last_batch(monkeypatch):
 
 
 def test_progress_bar_follows_enable_progress_bar(make_cfg):
-    on = _callbacks(make_cfg("trainer.enable_progress_bar=true"))
-    off = _callbacks(make_cfg("trainer.enable_progress_bar=false"))
+    on = make_callbacks(make_cfg("trainer.enable_progress_bar=true"))
+    off = make_callbacks(make_cfg("trainer.enable_progress_bar=false"))
     assert sum(isinstance(c, ProgressBar) for c in on) == 1
     assert not any(isinstance(c, ProgressBar) for c in off)
 

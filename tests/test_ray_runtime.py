@@ -17,6 +17,7 @@ from conftest import checkpoint_wire as ledger
 from conftest import kill_party
 from conftest import last_checkpoint as last
 
+from vfl_lightning.algorithms.parties import tensor_digest
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.mechanisms import PBM, GaussianLDP
 from vfl_lightning.mechanisms.keys import (
@@ -27,7 +28,7 @@ from vfl_lightning.mechanisms.keys import (
     seeded_private_key,
 )
 from vfl_lightning.mechanisms.secure_agg import PairwiseMasking
-from vfl_lightning.runtime.parties import party_seed, tensor_digest
+from vfl_lightning.seeding import derive_seed
 from vfl_lightning.train import train
 
 
@@ -54,7 +55,9 @@ def test_each_party_masks_alone_exactly_as_the_joint_masking_and_the_server_hold
     publics = [public_bytes(k) for k in keys]
     pbm = PBM(num_parties=3, b=8, beta=0.2)
     embeddings = [torch.rand(5, 4) * 2 - 1 for _ in range(3)]
-    generators = [torch.Generator().manual_seed(party_seed(0, "train", m)) for m in range(3)]
+    generators = [
+        torch.Generator().manual_seed(derive_seed(0, "party", "train", m)) for m in range(3)
+    ]
     joint = PBM(num_parties=3, b=8, beta=0.2)
     joint.masking = PairwiseMasking(
         3,
@@ -68,7 +71,7 @@ def test_each_party_masks_alone_exactly_as_the_joint_masking_and_the_server_hold
     for m, key in enumerate(keys):
         party = PBM(num_parties=3, b=8, beta=0.2)
         party.set_pair_seeds(party_pair_seeds(key, m, publics))
-        gen = torch.Generator().manual_seed(party_seed(0, "train", m))
+        gen = torch.Generator().manual_seed(derive_seed(0, "party", "train", m))
         alone.append(party.encode_party(m, embeddings[m], generator=gen, round=7))
     for a, b in zip(alone, together, strict=True):
         assert torch.equal(a, b)

@@ -11,8 +11,9 @@ import pytest
 import torch
 from conftest import stop_at
 
-from vfl_lightning.errors import ConfigError, NonFiniteLoss, exit_code
-from vfl_lightning.train import _finish_wandb, strict_json, train
+from vfl_lightning.errors import ConfigError, NonFiniteLoss
+from vfl_lightning.run.outcome import exit_code, finish_wandb
+from vfl_lightning.train import strict_json, train
 
 SHORT = ["trainer.limit_train_batches=3", "trainer.limit_val_batches=1", "test=false"]
 
@@ -170,6 +171,6 @@ def test_wandb_is_finished_with_the_runs_exit_code(monkeypatch):
             calls.append(exit_code)
 
     monkeypatch.setitem(sys.modules, "wandb", FakeWandb)
-    _finish_wandb(1)
-    _finish_wandb(0)
+    finish_wandb(1)
+    finish_wandb(0)
     assert calls == [1, 0]

@@ -11,7 +11,6 @@ import torch
 from conftest import fit
 from lightning.pytorch.loggers import Logger
 
-from vfl_lightning.algorithms.party_steps import step_together, zero_together
 from vfl_lightning.algorithms.zoo import (
     double_parameters,
     evaluate_at,
@@ -21,6 +20,7 @@ from vfl_lightning.algorithms.zoo import (
 )
 from vfl_lightning.models import CNNEncoder, LinearHead, MLPEncoder, MLPHead
 from vfl_lightning.models.batched import GroupedParties, groupable, linear_chain
+from vfl_lightning.optim import step_together, zero_together
 
 
 def _parties(count, shape=(7,), **kwargs):

@@ -11,9 +11,9 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from vfl_lightning.errors import error_summary, exit_code
+from vfl_lightning.run.outcome import error_summary, exit_code
+from vfl_lightning.run.train import train
 from vfl_lightning.search import objective
-from vfl_lightning.train import train
 
 
 class FailedJob(CompactHydraException):

@@ -95,4 +95,3 @@ def seeded_generator(
     generator = torch.Generator(device=device)
     generator.manual_seed(derive_seed(seed, role, stream, party))
     return generator
-

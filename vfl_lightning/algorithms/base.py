@@ -26,12 +26,14 @@ from torchmetrics.classification import (
 )
 
 from vfl_lightning import lightning_speedups
-from vfl_lightning.algorithms.party_steps import step_together, zero_together
-from vfl_lightning.errors import NonFiniteLoss
+from vfl_lightning.algorithms.local_parties import LocalParties
+from vfl_lightning.algorithms.parties import Parties, tensor_digest
+from vfl_lightning.errors import ConfigError, NonFiniteLoss
 from vfl_lightning.mechanisms.base import Mechanism, fuse_tensors, join_own_embedding
 from vfl_lightning.models.batched import GroupedParties, groupable
+from vfl_lightning.optim import step_together, zero_together
 from vfl_lightning.parallel import FederationDDPStrategy, RowShares
-from vfl_lightning.runtime.parties import LocalParties, Parties, tensor_digest
+from vfl_lightning.seeding import seeded_generator
 from vfl_lightning.wire import Network, SimulatedClock, Wire
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
@@ -93,6 +95,8 @@ class VFLModule(L.LightningModule):
     DATA_PARALLEL = False
     RUNTIMES = ("local",)
     """Where this protocol's parties may run (``runtime=...``)."""
+    PARTY_INTERFACE: type[Parties] = Parties
+    """The interface the protocol reaches its parties through (a transport implements it)."""
 
     def __init__(
         self,
@@ -170,14 +174,10 @@ class VFLModule(L.LightningModule):
         self.parties = nn.ModuleList()
         self.party_side = party_side
 
-    def ray_parties(self, config: dict, *, time_scale: float, **options) -> Parties:
-        """This protocol's parties as Ray actors (``runtime=ray``), built from the actor
-        ``config``; ``options`` go to :class:`~vfl_lightning.runtime.ray_parties.RayParties`.
-        ``time_scale`` (``runtime.time_scale``) is for protocols that sleep their modelled delays;
-        the synchronous family models none."""
-        from vfl_lightning.runtime.ray_parties import RayParties
-
-        return RayParties(config, self.num_parties, **options)
+    def transport_options(self) -> dict:
+        """Public settings a transport of :attr:`PARTY_INTERFACE` needs from the protocol beyond
+        the party factory (none for the synchronous and asynchronous families)."""
+        return {}
 
     @classmethod
     def check_party_class(cls, party_class: type, name: str) -> None:
@@ -312,7 +312,7 @@ class VFLModule(L.LightningModule):
     def step_server(self, optimizer) -> None:
         """One server update with the Lightning-wrapped ``optimizer``; advances ``global_step``
         (see :meth:`plain_server_steps`). On the plain route a plain SGD optimizer steps as one
-        foreach update (:func:`~vfl_lightning.algorithms.party_steps.step_together`, the same
+        foreach update (:func:`~vfl_lightning.optim.step_together`, the same
         values as its own ``step``)."""
         if not self._plain_server_steps:
             optimizer.step()
@@ -348,7 +348,7 @@ class VFLModule(L.LightningModule):
         Grouped parties with plain SGD optimizers of one set of hyperparameters: one foreach
         update of the stacked parameters (:meth:`GroupedParties.step`); otherwise the stacked
         gradients go to the parties, then one foreach update over every party's parameters
-        (:func:`~vfl_lightning.algorithms.party_steps.step_together`) or one step per party."""
+        (:func:`~vfl_lightning.optim.step_together`) or one step per party."""
         plain = [opt.optimizer for opt in optimizers]
         grouped = self.grouped_parties
         if grouped is not None:
@@ -391,10 +391,12 @@ class VFLModule(L.LightningModule):
     @classmethod
     def check_precision(cls, precision: str) -> None:
         """Float16 AMP scales the loss, so the gradients sent over the wire would be scaled
-        values: refuse it (bf16 needs no loss scaling)."""
+        values: refuse it (bf16 needs no loss scaling). Asked before anything is built
+        (``run.checks``) and again at ``setup`` (a trainer made elsewhere)."""
         if precision not in cls.SUPPORTED_PRECISION:
-            raise ValueError(
-                f"trainer.precision must be one of {cls.SUPPORTED_PRECISION}, got {precision!r}"
+            raise ConfigError(
+                f"trainer.precision must be one of {cls.SUPPORTED_PRECISION}, got {precision!r} "
+                "(float16 AMP scales the loss, so scaled gradients would cross the wire)"
             )
 
     # ----------------------------------------------------------------- randomness
@@ -406,9 +408,7 @@ class VFLModule(L.LightningModule):
         """
         gen = self._generators.get(stage)
         if gen is None or gen.device != self.device:
-            offset = {"train": 0, "val": 1, "test": 2}.get(stage, 3)
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(self.seed * 1_000_003 + 7919 * offset + 17)
+            gen = seeded_generator(self.seed, "server", stage, device=self.device)
             if stage == "train" and self._pending_generator_state is not None:
                 gen.set_state(self._pending_generator_state)
                 self._pending_generator_state = None

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 import torch
 
+from vfl_lightning.algorithms.party_updates import proximal_term
 from vfl_lightning.algorithms.sync import SyncVFL
-from vfl_lightning.runtime.parties import proximal_term, scale_lr
+from vfl_lightning.optim import scale_lr
 
 SCHEDULES = ("parallel", "sequential")
 LR_SCHEDULES = ("constant", "sqrt_decay", "sqrt_decay_k")

@@ -12,12 +12,13 @@ import numpy as np
 import torch
 
 from vfl_lightning.algorithms.base import VFLModule
+from vfl_lightning.algorithms.fedvs_parties import FedVSParties, LocalFedVSParties
 from vfl_lightning.data.segments import SegmentedDataModule
+from vfl_lightning.errors import RunFailure
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec
 from vfl_lightning.mechanisms.field import DEFAULT_PRIME
 from vfl_lightning.models.pn import PolynomialNetwork
-from vfl_lightning.runtime.fedvs_parties import FedVSParties, LocalFedVSParties
 from vfl_lightning.wire import DOWNLINK, PEER, UPLINK
 from vfl_lightning.wire.fedvs_costs import FedVSCosts, data_sharing_seconds, fedvs_costs
 from vfl_lightning.wire.stragglers import (
@@ -31,7 +32,7 @@ STRATEGIES = ("fedvs", "wait", "ignore", "wait_dp")
 SHORTFALL_POLICIES = ("raise", "wait")
 
 
-class StragglerShortfall(RuntimeError):
+class StragglerShortfall(RunFailure):
     """Fewer than R coded embeddings arrived by the configured deadline (algo.on_shortfall=raise)."""
 
 
@@ -62,6 +63,7 @@ class FedVSFamily(VFLModule):
     """
 
     RUNTIMES = ("local", "ray")
+    PARTY_INTERFACE = FedVSParties
 
     def __init__(
         self,
@@ -100,11 +102,8 @@ class FedVSFamily(VFLModule):
                 "algo.dp (the Wait-DP noise) must be set exactly when algo.strategy=wait_dp "
                 f"(use algo=fedvs_wait_dp), got strategy={strategy!r} and dp={dp!r}"
             )
-        bad = [type(p).__name__ for p in self.parties if not isinstance(p, PolynomialNetwork)]
-        if bad:
-            raise ValueError(
-                f"algo={name} needs polynomial-network parties (party=pn), got {bad[0]}"
-            )
+        for party in self.parties:
+            self.check_party_class(type(party), name)
         if getattr(mechanism, "fusion", None) != "mean":
             raise ValueError(
                 f"algo={name} averages the embeddings: mechanism.fusion must be 'mean', "
@@ -130,19 +129,10 @@ class FedVSFamily(VFLModule):
         self.party_side: FedVSParties = LocalFedVSParties(self)
         self.party_side.project_weights()
 
-    def ray_parties(self, config: dict, *, time_scale: float, **options):
-        """The clients as Ray actors (``runtime=ray``), sleeping their delays x ``time_scale``;
-        Wait-DP's clients add its noise themselves."""
-        from vfl_lightning.runtime.ray_fedvs import RayFedVSParties
-
-        return RayFedVSParties(
-            config,
-            self.num_parties,
-            codec=self.codec,
-            dp=self.dp,
-            time_scale=time_scale,
-            **options,
-        )
+    def transport_options(self) -> dict:
+        """The public code parameters (``codec``) and Wait-DP's noise (``dp``), which the clients
+        add themselves."""
+        return {"codec": self.codec, "dp": self.dp}
 
     @classmethod
     def check_party_class(cls, party_class: type, name: str) -> None:

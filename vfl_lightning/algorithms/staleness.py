@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import torch
 
+from vfl_lightning.seeding import seeded_generator
+
 
 class ClientActivation:
     """The activation sequence m_0, m_1, ... of asynchronous VFL (paper §III-C).
@@ -45,7 +47,7 @@ class ClientActivation:
         self.speeds = speeds
         self.order = order
         self.probabilities = torch.tensor(speeds, dtype=torch.float64) / sum(speeds)
-        self.generator = torch.Generator().manual_seed(int(seed) * 7_919 + 104_729)
+        self.generator = seeded_generator(seed, "server", "activation")
         self.position = 0
 
     def next(self) -> int:

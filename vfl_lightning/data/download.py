@@ -19,17 +19,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from vfl_lightning.errors import RunFailure
+
 DATA_DIR_ENV = "VFL_DATA_DIR"
 CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 60
 NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, OSError)
 
 
-class DatasetUnavailableError(RuntimeError):
+class DatasetUnavailableError(RunFailure):
     """A dataset file is neither cached nor downloadable (offline, or the server refused)."""
 
 
-class ChecksumError(RuntimeError):
+class ChecksumError(RunFailure):
     """A dataset file's SHA-256 differs from the pinned or recorded one."""
 
 

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import torch
 
+from vfl_lightning.errors import RunFailure
 from vfl_lightning.mechanisms.field import (
     check_prime,
     dequantize,
@@ -23,7 +24,7 @@ from vfl_lightning.mechanisms.field import (
 )
 
 
-class DecodingError(RuntimeError):
+class DecodingError(RunFailure):
     """Too few coded embeddings reached the server to interpolate psi(x) (FedVS Theorem 5.1)."""
 
 

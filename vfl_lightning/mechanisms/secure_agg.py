@@ -15,6 +15,7 @@ from vfl_lightning.seeding import GOLDEN_GAMMA, as_int64, splitmix64, splitmix64
 RING_BITS_LIMIT = 62
 """Largest ring 2^k we use: two residues < 2^62 add without leaving int64."""
 
+
 def ring_bits(num_parties: int, trials: int) -> int:
     """⌈log2(M·b + 1)⌉: bits of the ring Z_R, R = 2^bits, that holds every sum of M values in [0, b]."""
     if int(num_parties) < 1:

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.sgd import sgd
 
-from vfl_lightning.algorithms.party_steps import plain_sgd_settings
 from vfl_lightning.models.encoders import MLPEncoder
+from vfl_lightning.optim import plain_sgd_settings
 
 ELEMENTWISE = (nn.Identity, nn.ReLU, nn.Tanh, nn.Sigmoid)
 

@@ -11,13 +11,9 @@ from collections.abc import Sequence
 import ray
 import torch
 
-from vfl_lightning.algorithms.zoo import (
-    ZooQuery,
-    ZooSettings,
-    client_estimate,
-    client_query,
-    set_gradient,
-)
+from vfl_lightning.algorithms.party_updates import client_update
+from vfl_lightning.algorithms.zoo import ZooQuery, ZooSettings, client_query
+from vfl_lightning.runtime.transport import serialized_bytes
 
 DELAY_STREAM = "delays"
 """The party generator stream its work delays are drawn from (checkpointed with the actor)."""
@@ -25,8 +21,8 @@ DELAY_STREAM = "delays"
 
 class AsyncPartyMethods:
     """The asynchronous family's calls on a party actor (mixed into
-    :class:`~vfl_lightning.runtime.ray_parties.PartyActor`, which holds ``model``, ``optimizer``,
-    ``features``, ``generators`` and ``device``).
+    :class:`~vfl_lightning.runtime.ray_parties.PartyActor`, which holds ``model``,
+    ``optimization``, ``features``, ``generators`` and ``device``).
 
     A query's directions come from the party's own training generator (seeded by ``party_seed``),
     so ZOO runs differ from ``runtime=local`` (one module generator for every client). With a
@@ -53,8 +49,6 @@ class AsyncPartyMethods:
 
     def initial_embeddings(self, chunk: int):
         """(embedding of the whole training split, serialized bytes), ``chunk`` rows at a time."""
-        from vfl_lightning.runtime.ray_parties import serialized_bytes
-
         features = self.features["train"]
         self.model.train(True)
         with torch.no_grad():
@@ -67,8 +61,6 @@ class AsyncPartyMethods:
 
     def embed_rows(self, idx: torch.Tensor):
         """(embedding of training rows ``idx`` without gradient, serialized bytes): a refresh."""
-        from vfl_lightning.runtime.ray_parties import serialized_bytes
-
         self.model.train(True)
         with torch.no_grad():
             out = self.model(self.features["train"][idx.to(self.device)]).to("cpu")
@@ -77,8 +69,6 @@ class AsyncPartyMethods:
     def client_message(self, idx: torch.Tensor, zoo: ZooSettings | None):
         """((c, c_hat), serialized bytes) for training rows ``idx``: a ZOO query in float64
         (c_hat None for a FOO client, whose forward is kept)."""
-        from vfl_lightning.runtime.ray_parties import serialized_bytes
-
         self.work_delay()
         x = self.features["train"][idx.to(self.device)]
         self.model.train(True)
@@ -98,19 +88,11 @@ class AsyncPartyMethods:
 
     def answer(self, answer: torch.Tensor) -> None:
         """Finish the update of the last message: eq. 3 from the losses, or backprop of dL/dc."""
-        self.optimizer.zero_grad()
-        answer = answer.to(self.device)
-        if self.zoo is None:
-            self._h.backward(answer)
-            self._h = None
-        else:
-            estimate = client_estimate(self.query, answer, self.zoo)
-            if self.query.output is None:
-                set_gradient(self.model, estimate)
-            else:
-                self.query.output.backward(estimate)
-            self.query = None
-        self.optimizer.step()
+        pending = self._h if self.zoo is None else self.query
+        self._h, self.query = None, None
+        client_update(
+            self.optimization, pending, answer.to(self.device), model=self.model, zoo=self.zoo
+        )
 
 
 class AsyncRayMethods:
@@ -159,8 +141,6 @@ class AsyncRayMethods:
             yield m, embedding.to(device), None if perturbed is None else perturbed.to(device)
 
     def answer_client(self, party, answer):
-        from vfl_lightning.runtime.ray_parties import serialized_bytes
-
         payload = answer.detach().to("cpu", copy=True)
         self.record(serialized_bytes(payload))
         self.updates[party] = self.actors[party].answer.remote(payload)

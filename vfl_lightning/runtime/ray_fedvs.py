@@ -11,12 +11,15 @@ import numpy as np
 import ray
 import torch
 
+from vfl_lightning.algorithms.fedvs_parties import FedVSParties
+from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.algorithms.party_updates import cut_layer_update
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec, data_bound
 from vfl_lightning.mechanisms.field import field_matmul
-from vfl_lightning.runtime.fedvs_parties import FedVSParties
-from vfl_lightning.runtime.parties import party_seed
-from vfl_lightning.runtime.ray_parties import PartyActor, RayParties, serialized_bytes
+from vfl_lightning.runtime.ray_parties import PartyActor, RayParties
+from vfl_lightning.runtime.transport import serialized_bytes
+from vfl_lightning.seeding import seeded_generator
 
 
 class FedVSPartyActor(PartyActor):
@@ -38,13 +41,13 @@ class FedVSPartyActor(PartyActor):
     """
 
     def __init__(
-        self, config: dict, party: int, num_threads: int, code: dict, dp: WaitDP | None
+        self, factory: PartyFactory, party: int, num_threads: int, code: dict, dp: WaitDP | None
     ) -> None:
-        super().__init__(config, party, num_threads)
+        super().__init__(factory, party, num_threads)
         self.codec = FedVSCodec(**code)
         self.dp = dp
         self.num_clients = self.codec.num_clients
-        self.seed = int(config["seed"])
+        self.seed = factory.seed
         self.peers: list = []
         self.data_inbox: dict[int, torch.Tensor] = {}
         self.model_inbox: dict[int, dict[int, torch.Tensor]] = {}
@@ -115,8 +118,7 @@ class FedVSPartyActor(PartyActor):
         other client; returns (bits of one share, serialized bytes sent)."""
         with torch.no_grad():
             features = self.model.power_features(self.features["train"])
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(party_seed(self.seed, "fedvs_data", self.party))
+        generator = seeded_generator(self.seed, "party", "fedvs_data", self.party, self.device)
         shares = self.codec.client_data_shares(features, generator=generator).cpu()
         sent = self._send_to_peers("receive_data_share", shares)
         await self._keep(self.data_inbox, self.party, shares[self.party])
@@ -165,9 +167,8 @@ class FedVSPartyActor(PartyActor):
         ``idx``, step, project."""
         self.model.train()
         h = self.model(self.features["train"][idx.to(self.device)])
-        self.optimizer.zero_grad()
-        h.backward(gradient.to(self.device) / self.num_clients)
-        self.optimizer.step()
+        gradient = gradient.to(self.device) / self.num_clients
+        cut_layer_update(self.optimization, [h], [gradient], models=[self.model])
         self.project_weights()
 
     # ------------------------------------------------------------- Wait / Ignore
@@ -192,9 +193,8 @@ class FedVSPartyActor(PartyActor):
                 f"embedding in exchange {kept}"
             )
         self.plain = None
-        self.optimizer.zero_grad()
-        h.backward(gradient.to(self.device) / used)
-        self.optimizer.step()
+        gradient = gradient.to(self.device) / used
+        cut_layer_update(self.optimization, [h], [gradient], models=[self.model])
         self.project_weights()
 
 
@@ -215,24 +215,22 @@ class RayFedVSParties(RayParties, FedVSParties):
 
     def __init__(
         self,
-        config: dict,
+        factory: PartyFactory,
         num_parties: int,
         *,
         codec: FedVSCodec,
         dp: WaitDP | None,
-        time_scale: float,
         **options,
     ) -> None:
         self.codec = codec
         self.dp = dp
-        self.time_scale = float(time_scale)
         self.exchange = 0
         self._share_replies: list = []
-        super().__init__(config, num_parties, **options)
+        super().__init__(factory, num_parties, **options)
         self._gather([a.set_peers.remote(self.actors) for a in self.actors], "peer setup")
         self.info = self._gather([a.power_info.remote() for a in self.actors], "setup")
 
-    def start_actor(self, config, party, threads, options):
+    def start_actor(self, factory, party, threads, options):
         codec = self.codec
         code = {
             "num_clients": codec.num_clients,
@@ -244,7 +242,7 @@ class RayFedVSParties(RayParties, FedVSParties):
             "weight_bound": codec.weight_bound,
         }
         actor = ray.remote(FedVSPartyActor).options(**options)
-        return actor.remote(config, party, threads, code, self.dp)
+        return actor.remote(factory, party, threads, code, self.dp)
 
     def _gather(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
         """Every reply, in order, each taken as it arrives: a dead actor is named at once even

@@ -9,67 +9,46 @@ import ray
 import torch
 from ray.exceptions import RayActorError
 
+from vfl_lightning.algorithms.parties import Parties, PartyGenerators
+from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.algorithms.party_updates import (
+    PartyOptimization,
+    cut_layer_update,
+    plain_backward,
+)
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.keys import fresh_private_key, party_pair_seeds, public_bytes
-from vfl_lightning.runtime.parties import Parties, PartyGenerators, proximal_term, scale_lr
+from vfl_lightning.optim import scale_lr
 from vfl_lightning.runtime.ray_async import AsyncPartyMethods, AsyncRayMethods
+from vfl_lightning.runtime.transport import serialized_bytes, wire_dtype
 
-ACTOR_GROUPS = ("seed", "data", "party", "mechanism", "optimizer")
-"""The config groups a party actor is built from (never the head, the labels' use, the algo)."""
 RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "resources")
 SPLITS = ("train", "val", "test")
 
 
-def wire_dtype(bits: int | None) -> torch.dtype | None:
-    """The smallest integer dtype that carries ``bits``-bit ring elements (None: keep float32)."""
-    if bits is None:
-        return None
-    for dtype, width in ((torch.uint8, 8), (torch.int16, 15), (torch.int32, 31)):
-        if bits <= width:
-            return dtype
-    return torch.int64
-
-
-def serialized_bytes(value) -> int:
-    """Bytes Ray's serializer produces for ``value`` (what travels between processes)."""
-    context = ray._private.worker.global_worker.get_serialization_context()
-    return int(context.serialize(value).total_bytes)
-
-
 class PartyActor(AsyncPartyMethods):
-    """Party ``party`` of the run described by ``config`` (the groups in ``ACTOR_GROUPS``).
+    """Party ``party`` of the run, built by the run's picklable :class:`PartyFactory`.
 
-    It builds the data module from the same data config and partition and keeps only its own
-    slice of each split (no labels, no other party's columns); builds the party models in the
-    driver's order under the run's seed and keeps its own (so initial parameters equal the local
-    runtime's); builds its optimizer and mechanism; makes a fresh X25519 key. The asynchronous
-    family's calls are in :class:`~vfl_lightning.runtime.ray_async.AsyncPartyMethods`.
+    The factory builds the data module from the same data config and partition and keeps only
+    this party's slice of each split (no labels, no other party's columns); builds the party
+    models in the driver's order under the run's seed and keeps its own (so initial parameters
+    equal the local runtime's); builds its optimizer and mechanism. The actor makes a fresh
+    X25519 key. Updates go through the same party-side code as the local parties
+    (:mod:`~vfl_lightning.algorithms.party_updates`); the asynchronous family's calls are in
+    :class:`~vfl_lightning.runtime.ray_async.AsyncPartyMethods`.
     """
 
-    def __init__(self, config: dict, party: int, num_threads: int) -> None:
-        import lightning as L
-        from hydra.utils import instantiate
-        from omegaconf import OmegaConf
-
-        from vfl_lightning.train import _complete
-
+    def __init__(self, factory: PartyFactory, party: int, num_threads: int) -> None:
         torch.set_num_threads(num_threads)
-        cfg = OmegaConf.create(config)
-        L.seed_everything(cfg.seed, workers=True, verbose=False)
-        datamodule = instantiate(cfg.data)
-        shapes = datamodule.party_shapes
-        self.features = {stage: split.xs[party] for stage, split in datamodule.splits.items()}
-        del datamodule
-        models = [_complete(cfg, "party", input_shape=shape) for shape in shapes]
         self.party = int(party)
-        self.model = models[self.party]
-        del models
         self.device = torch.device("cuda" if ray.get_gpu_ids() else "cpu")
-        self.model.to(self.device)
-        self.features = {k: v.to(self.device) for k, v in self.features.items()}
-        self.optimizer = instantiate(cfg.optimizer)(self.model.parameters())
-        self.mechanism = _complete(cfg, "mechanism", num_parties=len(shapes))
-        self.generators = PartyGenerators(cfg.seed, self.party, self.device)
+        kit = factory.party(self.party, self.device)
+        self.features, self.model = kit.features, kit.model
+        self.optimizer, self.mechanism = kit.optimizer, kit.mechanism
+        self.optimization = PartyOptimization(
+            zero=self.optimizer.zero_grad, backward=plain_backward, step=self.optimizer.step
+        )
+        self.generators = PartyGenerators(factory.seed, self.party, self.device)
         self.key = fresh_private_key()
         self.anchor: list[torch.Tensor] | None = None
         self.bits = self.mechanism.bits_per_element
@@ -105,11 +84,15 @@ class PartyActor(AsyncPartyMethods):
 
     def apply_gradient(self, gradient: torch.Tensor, fresh: bool, mu: float) -> None:
         h = self.model(self._x) if fresh else self._h
-        self.optimizer.zero_grad()
-        h.backward(gradient.to(self.device))
-        if mu > 0:
-            proximal_term(list(self.model.parameters()), self.anchor, mu).backward()
-        self.optimizer.step()
+        anchors = None if self.anchor is None else [self.anchor]
+        cut_layer_update(
+            self.optimization,
+            [h],
+            [gradient.to(self.device)],
+            models=[self.model],
+            anchors=anchors,
+            mu=mu,
+        )
         self._h = None
 
     def set_anchor(self) -> None:
@@ -171,17 +154,21 @@ class RayParties(AsyncRayMethods, Parties):
 
     def __init__(
         self,
-        config: dict,
+        factory: PartyFactory,
         num_parties: int,
         *,
+        time_scale: float = 1.0,
         party_resources=None,
         ledger=None,
         round_fn: Callable[[], int] = lambda: 0,
         device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
     ) -> None:
+        self.time_scale = float(time_scale)
         options = party_options(party_resources, num_parties)
         threads = torch.get_num_threads()
-        self.actors = [self.start_actor(config, m, threads, options[m]) for m in range(num_parties)]
+        self.actors = [
+            self.start_actor(factory, m, threads, options[m]) for m in range(num_parties)
+        ]
         self.ledger = ledger
         self.round_fn = round_fn
         self.device_fn = device_fn
@@ -189,9 +176,9 @@ class RayParties(AsyncRayMethods, Parties):
         public_keys = self._get([a.public_key.remote() for a in self.actors], "key setup")
         self._get([a.agree.remote(public_keys) for a in self.actors], "key agreement")
 
-    def start_actor(self, config: dict, party: int, threads: int, options: dict):
+    def start_actor(self, factory: PartyFactory, party: int, threads: int, options: dict):
         """Party ``party``'s actor handle (a protocol's subclass starts its own actor class)."""
-        return ray.remote(PartyActor).options(**options).remote(config, party, threads)
+        return ray.remote(PartyActor).options(**options).remote(factory, party, threads)
 
     def _get(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
         """Every reply, or :class:`PartyLost` naming the first party whose actor died

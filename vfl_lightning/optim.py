@@ -1,5 +1,5 @@
-"""Every party's optimizer step as one multi-tensor update: M plain-SGD optimizers with the same
-hyperparameters step together through torch's foreach SGD, each keeping its own state."""
+"""Optimizer helpers below every protocol: M plain-SGD optimizers with the same hyperparameters
+step together through torch's foreach SGD (each keeping its own state); learning-rate scaling."""
 
 from __future__ import annotations
 
@@ -72,3 +72,10 @@ def step_together(optimizers: Sequence[torch.optim.Optimizer]) -> bool:
         for (opt, p), buffer in zip(pairs, buffers, strict=True):
             opt.state[p]["momentum_buffer"] = buffer
     return True
+
+
+def scale_lr(optimizer: torch.optim.Optimizer, factor: float) -> None:
+    """lr = initial lr × ``factor`` for every parameter group (the initial lr is kept)."""
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+        group["lr"] = group["initial_lr"] * factor

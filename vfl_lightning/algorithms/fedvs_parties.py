@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from vfl_lightning.runtime.parties import LocalParties
+from vfl_lightning.algorithms.local_parties import LocalParties
+from vfl_lightning.seeding import seeded_generator
 
 
 class FedVSParties(ABC):
@@ -98,7 +99,7 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         module = self.module
         train_xs = [x.to(module.device) for x in module.trainer.datamodule.splits["train"].xs]
         module.codec.check(train_xs, [p.degree for p in module.parties])
-        generator = torch.Generator(device=module.device).manual_seed(module.seed * 7919 + 1)
+        generator = seeded_generator(module.seed, "simulation", "fedvs_data", device=module.device)
         with torch.no_grad():
             features = [p.power_features(x) for p, x in zip(module.parties, train_xs, strict=True)]
         return module.codec.share_data(features, generator=generator)

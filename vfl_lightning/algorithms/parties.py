@@ -1,0 +1,164 @@
+"""The parties as the server reaches them: one small interface (send a batch's messages, apply a
+received gradient and step, answer the asynchronous family's queries, state) and each party's
+generators; the local parties and the Ray transport implement it."""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from vfl_lightning.algorithms.zoo import ZooSettings
+from vfl_lightning.seeding import seeded_generator
+
+CONTINUING_STREAMS = ("train", "delays")
+"""Party streams that continue across checkpoints (the others restart at every evaluation)."""
+
+
+class PartyGenerators:
+    """One party's generators: ``train`` (and ``delays``, Ray's work delays, once used) continue
+    across checkpoints, every evaluation stage restarts from its seed at :meth:`restart`
+    (evaluation never shifts training randomness)."""
+
+    def __init__(self, seed: int, party: int, device: torch.device | str = "cpu") -> None:
+        self.seed, self.party, self.device = int(seed), int(party), torch.device(device)
+        self.streams: dict[str, torch.Generator] = {}
+        self._pending_states: dict[str, torch.Tensor] = {}
+
+    def get(self, stage: str) -> torch.Generator:
+        gen = self.streams.get(stage)
+        if gen is None:
+            gen = seeded_generator(self.seed, "party", stage, self.party, self.device)
+            pending = self._pending_states.pop(stage, None)
+            if pending is not None:
+                gen.set_state(pending)
+            self.streams[stage] = gen
+        return gen
+
+    def move(self, device: torch.device) -> None:
+        """Use ``device`` from now on (Lightning moves the module after building it)."""
+        if device != self.device:
+            self.device = device
+            self.streams.clear()
+
+    def restart(self, stage: str) -> None:
+        self.streams.pop(stage, None)
+
+    def state_dict(self) -> dict:
+        state = {"train": self.get("train").get_state()}
+        for stage in CONTINUING_STREAMS[1:]:
+            if stage in self.streams or stage in self._pending_states:
+                state[stage] = self.get(stage).get_state()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        for stage in CONTINUING_STREAMS:
+            self.streams.pop(stage, None)
+            self._pending_states.pop(stage, None)
+            if stage in state:
+                self._pending_states[stage] = state[stage]
+
+
+def tensor_digest(named: Sequence[tuple[str, torch.Tensor]]):
+    """SHA-256 over (name, dtype, shape, bytes) of every tensor, in the order given."""
+    digest = hashlib.sha256()
+    for name, tensor in named:
+        value = tensor.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"{name}|{value.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(value.view(torch.uint8).numpy().tobytes() if value.numel() else b"")
+    return digest
+
+
+class Parties(ABC):
+    """What a protocol may ask of the parties; it never learns where they run.
+
+    ``send`` makes every party embed its rows of a batch and return the message it puts on the
+    wire (the mechanism's party side, with the party's own generator of ``stage``); a training
+    send keeps the party's forward for :meth:`apply_gradients`, which finishes every party's
+    backward with the gradient it received and steps its optimizer.
+    """
+
+    name = "parties"
+
+    @abstractmethod
+    def send(
+        self, xs: Sequence[torch.Tensor], idx: torch.Tensor, *, stage: str, round: int | None
+    ) -> list[torch.Tensor]:
+        """Each party's message for the batch (``xs``: local slices; ``idx``: sample indices of
+        ``stage``'s split): mechanism-encoded at release ``round``, or the plain embedding when
+        ``round`` is None (evaluation without the mechanism)."""
+
+    @abstractmethod
+    def apply_gradients(
+        self, gradients: Sequence[torch.Tensor], *, fresh: bool = False, mu: float = 0.0
+    ) -> None:
+        """Party m: h_m.backward(g_m), then its optimizer steps. ``fresh``: first recompute h_m on
+        the last training batch with the current parameters (a FedBCD local update); ``mu`` > 0
+        adds the proximal gradient μ(θ − θ_anchor) (anchor set by :meth:`set_anchor`)."""
+
+    # ------------------------------------------------------- the asynchronous family
+    @abstractmethod
+    def initial_embeddings(self, xs: Sequence[torch.Tensor], *, chunk: int) -> list[torch.Tensor]:
+        """Each party's embedding of the whole training split (``xs``: the local slices), without
+        gradient, computed ``chunk`` rows at a time: the initial pass that fills the server's
+        table (the Ray actors embed the slices they hold)."""
+
+    @abstractmethod
+    def embed_rows(self, party: int, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Party ``party``'s embedding, without gradient, of training rows ``idx`` (``x``: its
+        slice of them): a refreshed table entry."""
+
+    @abstractmethod
+    def client_messages(
+        self,
+        clients: Sequence[int],
+        xs: Sequence[torch.Tensor],
+        idx: torch.Tensor,
+        *,
+        zoo: ZooSettings | None,
+    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor | None]]:
+        """Each client in ``clients`` computes its message for training rows ``idx``; yields
+        (client, c, c_hat) in the order the messages arrive.
+
+        With ``zoo``: a ZOO query (:func:`~vfl_lightning.algorithms.zoo.client_query`), c and the
+        q perturbed outputs c_hat in float64; the client keeps its directions. Without: a FOO
+        client's float32 embedding c (c_hat None); the client keeps its forward. Either way it
+        waits for :meth:`answer_client`. Local parties compute the messages one at a time in the
+        order of ``clients``, each when the server asks for the next one; Ray actors compute them
+        all at once and the server takes them as they finish.
+        """
+
+    @abstractmethod
+    def answer_client(self, party: int, answer: torch.Tensor) -> None:
+        """Client ``party`` finishes the update its last message started, from what the server
+        answered: the query's losses [h, h_hat_1..h_hat_q] (eq. 3, back-propagated through its
+        model when perturbing its output) or dL/dc; its optimizer steps."""
+
+    @abstractmethod
+    def set_anchor(self) -> None:
+        """Remember every party's current parameters as θ_anchor (FedPBCD's θ^{r0})."""
+
+    @abstractmethod
+    def set_lr_factor(self, factor: float) -> None:
+        """Set every party optimizer's lr to its initial lr times ``factor``."""
+
+    @abstractmethod
+    def restart_stream(self, stage: str) -> None:
+        """Restart every party's generator of evaluation ``stage`` from its seed."""
+
+    @abstractmethod
+    def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
+        """Every party parameter as (``parties.<m>.<name>``, tensor), party by party."""
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """Party-side state a checkpoint must carry beyond the LightningModule's own."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what the parties hold (their processes)."""

@@ -1,0 +1,127 @@
+"""The party side of a run built from its configuration: data module, party models, optimizer and
+mechanism. Picklable (plain dicts), so ``build`` and every Ray party actor use the same factory."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from vfl_lightning.errors import ConfigError
+
+PARTY_GROUPS = ("seed", "data", "party", "mechanism", "optimizer")
+"""The config groups the party side is built from (never the head, the labels' use, the algo)."""
+
+
+def chosen_configs() -> dict:
+    """Hydra's config choices of the running job (``algo``, ``mechanism``, ...), or {} outside one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return dict(HydraConfig.get().runtime.choices)
+    except ValueError:
+        return {}
+
+
+@dataclass
+class PartyKit:
+    """What one party holds: its feature slice of every split, its model, optimizer, mechanism."""
+
+    features: dict[str, torch.Tensor]
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    mechanism: object
+
+
+class PartyFactory:
+    """Builds the party side of the run described by ``config`` (resolved plain containers of
+    :data:`PARTY_GROUPS`): locally every party at once (:meth:`party_models`), in a Ray actor one
+    party (:meth:`party`), by the same sequence under the run's seed, so a party's initial
+    parameters are the same wherever it runs."""
+
+    def __init__(self, config: dict) -> None:
+        missing = [group for group in PARTY_GROUPS if group not in config]
+        if missing:
+            raise ValueError(
+                f"a party factory needs the config groups {PARTY_GROUPS}, missing {missing}"
+            )
+        self.config = {group: config[group] for group in PARTY_GROUPS}
+
+    @classmethod
+    def from_config(cls, cfg) -> PartyFactory:
+        """The factory of a run's (OmegaConf) configuration ``cfg``."""
+        from omegaconf import OmegaConf
+
+        return cls(
+            {
+                group: OmegaConf.to_container(cfg[group], resolve=True)
+                if OmegaConf.is_config(cfg[group])
+                else cfg[group]
+                for group in PARTY_GROUPS
+            }
+        )
+
+    @property
+    def seed(self) -> int:
+        return int(self.config["seed"])
+
+    def complete(self, group: str, **runtime):
+        """Instantiate the partial config of ``group`` with the runtime sizes; an option the chosen
+        class does not take (set for another choice by an algo, experiment or attack config)
+        becomes one ConfigError naming it."""
+        from hydra.utils import instantiate
+
+        factory = instantiate(self.config[group])
+        try:
+            return factory(**runtime)
+        except TypeError as error:
+            unknown = re.search(r"unexpected keyword argument '(\w+)'", str(error))
+            if unknown is None:
+                raise
+            choices = chosen_configs()
+            chosen = ", ".join(
+                f"{g}={choices[g]}" for g in ("algo", "experiment", "attack") if choices.get(g)
+            )
+            raise ConfigError(
+                f"{group}={choices.get(group, self.config[group].get('_target_'))} has no option "
+                f"{group}.{unknown.group(1)}, which the chosen configs set ({chosen}): this "
+                f"combination is not supported; choose another {group} or drop the option with "
+                f"~{group}.{unknown.group(1)}"
+            ) from error
+
+    def datamodule(self):
+        from hydra.utils import instantiate
+
+        return instantiate(self.config["data"])
+
+    def party_models(self, shapes) -> list[nn.Module]:
+        """One party model per input shape, in party order."""
+        return [self.complete("party", input_shape=shape) for shape in shapes]
+
+    def optimizer(self):
+        """The partial optimizer (completed with a model's parameters)."""
+        from hydra.utils import instantiate
+
+        return instantiate(self.config["optimizer"])
+
+    def mechanism(self, num_parties: int):
+        return self.complete("mechanism", num_parties=num_parties)
+
+    def party(self, party: int, device: torch.device | str = "cpu") -> PartyKit:
+        """Party ``party``'s kit on ``device``, built as the local run builds it: the run's seed,
+        the data module (only this party's columns of every split are kept), every party model in
+        order (only its own is kept), its optimizer, the mechanism."""
+        import lightning as L
+
+        L.seed_everything(self.seed, workers=True, verbose=False)
+        datamodule = self.datamodule()
+        shapes = datamodule.party_shapes
+        if not 0 <= party < len(shapes):
+            raise ValueError(f"party must be in [0, {len(shapes) - 1}], got {party}")
+        features = {stage: split.xs[party].to(device) for stage, split in datamodule.splits.items()}
+        del datamodule
+        model = self.party_models(shapes)[party].to(device)
+        optimizer = self.optimizer()(model.parameters())
+        return PartyKit(features, model, optimizer, self.mechanism(len(shapes)))

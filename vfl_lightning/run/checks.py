@@ -1,0 +1,115 @@
+"""Refusals that happen before anything is built, one ConfigError line each: the seed, threads,
+precision, the output directory, the runtime and what ``runtime=ray`` runs."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from hydra.utils import get_class
+from omegaconf import DictConfig
+
+from vfl_lightning.algorithms.base import VFLModule
+from vfl_lightning.errors import ConfigError
+
+RUNTIMES = ("local", "ray")
+
+
+def check_run_config(cfg: DictConfig) -> None:
+    """Refusals that must happen before anything is built (one ConfigError each)."""
+    seed = cfg.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed must be an integer in [0, 2^32 - 1], got {seed!r}")
+    threads = cfg.get("torch_threads")
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise ConfigError(f"torch_threads must be an integer >= 1 or null, got {threads!r}")
+    VFLModule.check_precision(str(cfg.trainer.get("precision", "32-true")))
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """Create ``paths.output_dir``, or one ConfigError saying why it cannot be used."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"paths.output_dir={output_dir} cannot be created: {error}") from error
+    if not os.access(output_dir, os.W_OK):
+        raise ConfigError(f"paths.output_dir={output_dir} is not writable")
+
+
+def runtime_name(cfg: DictConfig) -> str:
+    runtime = cfg.get("runtime") or {}
+    return str(runtime.get("name", "local"))
+
+
+def ray_protocols() -> str:
+    """The protocol classes that declare ``runtime=ray`` (from their ``RUNTIMES``), for messages."""
+    from vfl_lightning import algorithms
+
+    runs_ray = [name for name in algorithms.__all__ if "ray" in getattr(algorithms, name).RUNTIMES]
+    return ", ".join(runs_ray)
+
+
+def check_runtime(cfg: DictConfig) -> None:
+    """Refuse an unknown runtime, and runtime=ray for protocols or trainers it does not run."""
+    name = runtime_name(cfg)
+    if name not in RUNTIMES:
+        raise ConfigError(f"runtime must be one of {RUNTIMES}, got {name!r}")
+    if name == "local":
+        return
+    algo = get_class(cfg.algo._target_)
+    if name not in algo.RUNTIMES:
+        raise ConfigError(
+            f"algo={cfg.algo.get('name')} does not run in the Ray runtime (it runs on "
+            f"{', '.join(algo.RUNTIMES)}); runtime=ray runs the protocols of {ray_protocols()} "
+            "(conf/algo names each one's _target_)"
+        )
+    check_time_scale(cfg.runtime.get("time_scale"))
+    check_ray_options(algo, cfg.algo)
+    strategy = cfg.trainer.get("strategy")
+    if strategy not in (None, "auto") or cfg.trainer.get("num_nodes", 1) != 1:
+        raise ConfigError(
+            "runtime=ray runs one server process: use trainer.strategy=auto and "
+            f"trainer.num_nodes=1 (got strategy {strategy!r}); scale out with more party actors"
+        )
+
+
+def check_ray_options(algo_class: type, algo) -> None:
+    """Refuse, in one line each, what ``runtime=ray`` does not run of the asynchronous family:
+    ``algo.activation_order`` (the arrival order is real) and ``algo.epoch=server_iterations``
+    (one client per batch)."""
+    from vfl_lightning.algorithms.asynchronous import HybridVFL
+
+    if not issubclass(algo_class, HybridVFL):
+        return
+    name = algo.get("name")
+    if algo.get("activation_order") is not None:
+        raise ConfigError(
+            f"algo.activation_order={list(algo.activation_order)} cannot be used with runtime=ray: "
+            f"the clients' messages are taken in the order they really arrive (set "
+            f"algo.client_speeds to make some clients slower, or use runtime=local for algo={name})"
+        )
+    if not algo.get("synchronous") and algo.get("epoch") == "server_iterations":
+        raise ConfigError(
+            f"algo.epoch=server_iterations is not supported with runtime=ray (algo={name}): every "
+            "batch goes to all clients and their messages are taken as they arrive; use "
+            "algo.epoch=client_pass, or runtime=local"
+        )
+
+
+def check_time_scale(value) -> float:
+    """``runtime.time_scale``: real seconds a party sleeps per modelled second of delay (FedVS's
+    straggler delays, the asynchronous family's work times from ``algo.client_speeds``)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigError(
+            f"runtime.time_scale must be a finite number > 0 (real seconds slept per modelled "
+            f"second of delay), got {value!r}"
+        )
+    return float(value)

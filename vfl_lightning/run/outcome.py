@@ -1,0 +1,65 @@
+"""How a run ended: the one-line summary of an error, the exit code it maps to (2: bad
+configuration, 1: a stated run failure, none: a bug), interruption, and closing W&B."""
+
+from __future__ import annotations
+
+import sys
+
+from hydra.errors import HydraException, InstantiationException
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from omegaconf.errors import OmegaConfBaseException
+
+from vfl_lightning.errors import RunFailure
+
+CONFIG_ERRORS = (
+    ValueError,
+    TypeError,
+    OverflowError,
+    OSError,
+    HydraException,
+    OmegaConfBaseException,
+    MisconfigurationException,
+)
+"""Raised by validators, by a config that combines options a class does not take, by Hydra,
+OmegaConf and Lightning's Trainer arguments, and by unreadable or unwritable paths: exit 2."""
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The error Hydra's instantiate wrapped (``InstantiationException`` chains the original)."""
+    while isinstance(error, InstantiationException) and error.__cause__ is not None:
+        error = error.__cause__
+    return error
+
+
+def error_summary(error: BaseException) -> str:
+    """One line: the (unwrapped) error's message with its whitespace collapsed."""
+    cause = root_cause(error)
+    text = " ".join(str(cause).split())
+    return text or type(cause).__name__
+
+
+def exit_code(error: BaseException) -> int | None:
+    """2 for a configuration error, 1 for a :class:`RunFailure`, None for anything else (a bug:
+    show its traceback)."""
+    cause = root_cause(error)
+    if isinstance(cause, RunFailure):
+        return 1
+    if isinstance(cause, CONFIG_ERRORS):
+        return 2
+    return None
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether ``error`` is the user's Ctrl-C (Lightning turns it into ``sys.exit(1)`` raised
+    while handling the KeyboardInterrupt)."""
+    return isinstance(error, KeyboardInterrupt) or (
+        isinstance(error, SystemExit) and isinstance(error.__context__, KeyboardInterrupt)
+    )
+
+
+def finish_wandb(exit_code: int) -> None:
+    """Close any W&B run (with the run's exit code) so one failed multirun job does not poison
+    the next."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish(exit_code=exit_code)

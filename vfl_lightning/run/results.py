@@ -1,0 +1,88 @@
+"""results.json: what a finished run reports (protocol, metrics, totals, callbacks' results),
+what a failed one keeps, and the strict-JSON atomic write."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import lightning as L
+from omegaconf import DictConfig
+
+from vfl_lightning.algorithms.base import VFLModule
+from vfl_lightning.algorithms.party_factory import chosen_configs
+from vfl_lightning.checkpoints import LastCheckpoint
+from vfl_lightning.run.checks import runtime_name
+
+
+def scalar(value) -> float | int | str | None:
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def finished_results(
+    cfg: DictConfig,
+    module: VFLModule,
+    trainer: L.Trainer,
+    callbacks: list,
+    test_rows: list[dict],
+) -> dict:
+    """The results of a finished run (``status`` set by the caller)."""
+    fit_metrics = {k: scalar(v) for k, v in trainer.callback_metrics.items()}
+    test_metrics = {k: scalar(v) for row in test_rows for k, v in row.items()}
+    choices = chosen_configs()
+    results = {
+        "algo": cfg.algo.get("name"),
+        "mechanism": choices.get("mechanism", cfg.mechanism.get("_target_")),
+        "data": cfg.data.get("name"),
+        "party": choices.get("party"),
+        "head": choices.get("head"),
+        "num_parties": module.num_parties,
+        "active_party": module.server_party is not None,
+        "seed": cfg.seed,
+        "runtime": runtime_name(cfg),
+        "model_digest": module.model_digest(),
+        "epochs": int(trainer.current_epoch),
+        "global_step": int(trainer.global_step),
+        **{k: v for k, v in fit_metrics.items() if not k.startswith("test/")},
+        **test_metrics,
+        **module.results(),
+    }
+    for callback in callbacks:
+        if hasattr(callback, "results"):
+            results |= callback.results()
+    checkpoint = next((c for c in callbacks if isinstance(c, LastCheckpoint)), None)
+    if checkpoint is not None and checkpoint.last_model_path:
+        results["checkpoint"] = checkpoint.last_model_path
+    return results
+
+
+def progress_results(module: VFLModule | None, trainer: L.Trainer | None) -> dict:
+    """What a run that stopped early reached: epochs, steps and the communication totals."""
+    results: dict = {}
+    if trainer is not None:
+        results |= {"epochs": int(trainer.current_epoch), "global_step": trainer.global_step}
+    if module is not None:
+        results |= module.communication_metrics()
+    return results
+
+
+def strict_json(value):
+    """``value`` with every non-finite float replaced by None (strict JSON has no NaN/Infinity)."""
+    if isinstance(value, dict):
+        return {str(k): strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_results(path: Path, results: dict) -> None:
+    """results.json, strict JSON, replaced atomically."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "w") as f:
+        json.dump(strict_json(results), f, indent=2, sort_keys=True, allow_nan=False)
+    temporary.replace(path)

@@ -1,0 +1,89 @@
+"""train(cfg): check, build, fit, test and report one run; each step is a function of ``run/``,
+so this reads top to bottom. results.json is written whatever happens."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import lightning as L
+from omegaconf import DictConfig, OmegaConf
+
+from vfl_lightning.algorithms.base import VFLModule
+from vfl_lightning.curve import CurveWriter
+from vfl_lightning.run.assemble import build_in_data_dir, make_callbacks, make_loggers, make_trainer
+from vfl_lightning.run.checks import check_output_dir, check_run_config, check_runtime, runtime_name
+from vfl_lightning.run.outcome import error_summary, finish_wandb, interrupted
+from vfl_lightning.run.process import freeze_import_time_objects, prepare_process
+from vfl_lightning.run.ray_session import attach_ray_parties, start_ray, stop_ray
+from vfl_lightning.run.results import finished_results, progress_results, write_results
+from vfl_lightning.run.resume import check_resume, protocol_config
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: DictConfig) -> dict:
+    """Train and test the configured protocol; return (and write) the results dictionary.
+
+    ``results.json`` is written whatever happens, with ``status``: ``finished``, ``failed``
+    (with ``error``, also logged) or ``interrupted``; W&B is finished with a non-zero exit code
+    unless the run finished.
+    """
+    started = time.perf_counter()
+    freeze_import_time_objects()
+    output_dir = Path(cfg.paths.output_dir)
+    results: dict = {"status": "failed", "algo": cfg.algo.get("name"), "seed": cfg.get("seed")}
+    trainer: L.Trainer | None = None
+    module: VFLModule | None = None
+    started_ray = False
+    try:
+        check_output_dir(output_dir)
+        check_run_config(cfg)
+        check_runtime(cfg)
+        prepare_process(cfg)
+        config = protocol_config(cfg)
+        ckpt_path = check_resume(cfg, config)
+        datamodule, module = build_in_data_dir(cfg)
+        module.run_config = config
+        if runtime_name(cfg) == "ray":
+            started_ray = start_ray(cfg)
+            attach_ray_parties(cfg, module)
+        callbacks = make_callbacks(cfg)
+        loggers = make_loggers(cfg)
+        trainer = make_trainer(cfg, callbacks, loggers)
+        for logger in loggers:
+            logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        # the checkpoint was unpickled in full above (check_resume): Lightning's own weights-only
+        # load would refuse list-valued hyperparameters (e.g. algo.client_speeds)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
+        module.check_finite()
+        test_rows = []
+        if cfg.get("test", True) and not trainer.fast_dev_run:
+            test_rows = trainer.test(module, datamodule=datamodule, verbose=False)
+        results |= finished_results(cfg, module, trainer, callbacks, test_rows)
+        results["status"] = "finished"
+        curve = next((c.path for c in callbacks if isinstance(c, CurveWriter)), None)
+        for logger in loggers:
+            if hasattr(logger, "finish_run"):
+                logger.finish_run(results, curve)
+        return results
+    except BaseException as error:
+        results["status"] = "interrupted" if interrupted(error) else "failed"
+        results |= progress_results(module, trainer)
+        results["error"] = error_summary(error)
+        log.error("run %s: %s", results["status"], results["error"])
+        raise
+    finally:
+        if module is not None:
+            module.party_side.close()
+        if started_ray:
+            stop_ray()
+        results["time/wall_s"] = time.perf_counter() - started
+        # With trainer=ddp every rank holds the same totals: rank 0 alone writes them.
+        rank_zero = trainer is None or trainer.is_global_zero
+        if rank_zero and output_dir.is_dir() and os.access(output_dir, os.W_OK):
+            write_results(output_dir / "results.json", results)
+            log.info("results: %s", output_dir / "results.json")
+        finish_wandb(0 if results["status"] == "finished" else 1)
