@@ -44,12 +44,50 @@ def runtime_name(cfg: DictConfig) -> str:
     return str(runtime.get("name", "local"))
 
 
-def ray_protocols() -> str:
-    """The protocol classes that declare ``runtime=ray`` (from their ``RUNTIMES``), for messages."""
+def algo_config_dirs() -> list[Path]:
+    """The ``algo/`` folders of the running job's file config sources (none outside a Hydra job)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        sources = HydraConfig.get().runtime.config_sources
+    except ValueError:
+        return []
+    folders = [Path(source.path) / "algo" for source in sources if source.schema == "file"]
+    return [folder for folder in folders if folder.is_dir()]
+
+
+def algo_targets(folder: Path) -> dict[str, str]:
+    """``{algo name: _target_}`` of the algo configs in ``folder``; a delta config (its first
+    default another algo file) takes the target of the file it extends."""
+    from omegaconf import OmegaConf
+
+    files = {path.stem: OmegaConf.load(path) for path in folder.glob("*.yaml")}
+
+    def target(name: str, seen: tuple[str, ...] = ()) -> str | None:
+        config = files[name]
+        own = OmegaConf.select(config, "algo._target_")
+        if own is not None or name in seen:
+            return own
+        bases = [d for d in config.get("defaults", []) if isinstance(d, str) and d in files]
+        return target(bases[0], (*seen, name)) if bases else None
+
+    return {name: target(name) for name in files}
+
+
+def ray_algos() -> str:
+    """The algo names whose protocol class declares ``runtime=ray`` (its ``RUNTIMES``), read from
+    the job's algo configs; outside a Hydra job, those protocol classes."""
     from vfl_lightning import algorithms
 
-    runs_ray = [name for name in algorithms.__all__ if "ray" in getattr(algorithms, name).RUNTIMES]
-    return ", ".join(runs_ray)
+    names = set()
+    for folder in algo_config_dirs():
+        for name, target in algo_targets(folder).items():
+            if target is not None and "ray" in get_class(target).RUNTIMES:
+                names.add(name)
+    if names:
+        return f"algo={', '.join(sorted(names))}"
+    classes = [n for n in algorithms.__all__ if "ray" in getattr(algorithms, n).RUNTIMES]
+    return f"the protocols of {', '.join(classes)}"
 
 
 def check_runtime(cfg: DictConfig) -> None:
@@ -63,8 +101,7 @@ def check_runtime(cfg: DictConfig) -> None:
     if name not in algo.RUNTIMES:
         raise ConfigError(
             f"algo={cfg.algo.get('name')} does not run in the Ray runtime (it runs on "
-            f"{', '.join(algo.RUNTIMES)}); runtime=ray runs the protocols of {ray_protocols()} "
-            "(conf/algo names each one's _target_)"
+            f"{', '.join(algo.RUNTIMES)}); runtime=ray runs {ray_algos()}"
         )
     check_time_scale(cfg.runtime.get("time_scale"))
     check_ray_options(algo, cfg.algo)
