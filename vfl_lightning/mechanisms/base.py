@@ -116,6 +116,9 @@ class Mechanism(ABC):
     noisy: bool = False
     uses_pair_masks = False
     """Whether messages carry secure-aggregation masks (then :meth:`set_pair_seeds` applies)."""
+    accounting: str | None = None
+    """The privacy analysis of this mechanism (``pbm``, ``ldp``; None: no accounting), which the
+    accountant applies to :meth:`parameters_state` (it never imports a mechanism)."""
 
     def __init__(self, num_parties: int, fusion: str = "sum", apply_at_eval: bool = True) -> None:
         if int(num_parties) < 1:

@@ -80,6 +80,8 @@ class GaussianLDP(Mechanism):
     def fuse(self, messages: Sequence[torch.Tensor]) -> torch.Tensor:
         return fuse_tensors(messages, "sum")
 
+    accounting = "ldp"
+
     def parameters_state(self) -> dict:
         return {"sigma": self.sigma, "C": self.C, "num_parties": self.num_parties}
 

@@ -167,6 +167,8 @@ class PBM(Mechanism):
     def fuse(self, messages: Sequence[torch.Tensor]) -> torch.Tensor:
         return self.dequantize(self.masking.secure_sum(list(messages)))
 
+    accounting = "pbm"
+
     def parameters_state(self) -> dict:
         return {"b": self.b, "beta": self.beta, "C": self.C, "num_parties": self.num_parties}
 

@@ -9,8 +9,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vfl_lightning.mechanisms.ldp import GaussianLDP
-from vfl_lightning.mechanisms.pbm import PBM
 from vfl_lightning.privacy.analysis import (
     DEFAULT_ORDERS,
     ldp_feature_rdp,
@@ -23,9 +21,13 @@ from vfl_lightning.privacy.analysis import (
 LEVELS = ("feature", "sample")
 
 
+ANALYSES = ("pbm", "ldp")
+"""The analyses a mechanism may name as its ``accounting`` (PBM's, the LDP baseline's)."""
+
+
 def check_accounted(mechanism) -> None:
     """Refuse a mechanism the accountant has no analysis for."""
-    if not isinstance(mechanism, (PBM, GaussianLDP)):
+    if getattr(mechanism, "accounting", None) not in ANALYSES:
         raise TypeError(
             f"no privacy accounting for mechanism {type(mechanism).__name__}; use PBM or "
             "GaussianLDP"
@@ -46,14 +48,15 @@ def composed_rdp(
     if level not in LEVELS:
         raise ValueError(f"privacy level must be one of {LEVELS}, got {level!r}")
     common = {"orders": orders, "embedding_dim": embedding_dim, "uses": uses}
-    if isinstance(mechanism, PBM):
-        pbm = {"b": mechanism.b, "beta": mechanism.beta, "num_parties": mechanism.num_parties}
+    parameters = mechanism.parameters_state()
+    if mechanism.accounting == "pbm":
+        pbm = {key: parameters[key] for key in ("b", "beta", "num_parties")}
         analysis = pbm_feature_rdp if level == "feature" else pbm_sample_rdp
         return analysis(**common, **pbm)
-    ldp = {"sigma": mechanism.sigma, "C": mechanism.C}
+    ldp = {key: parameters[key] for key in ("sigma", "C")}
     if level == "feature":
         return ldp_feature_rdp(**common, **ldp)
-    return ldp_sample_rdp(**common, **ldp, num_parties=mechanism.num_parties)
+    return ldp_sample_rdp(**common, **ldp, num_parties=parameters["num_parties"])
 
 
 class PrivacyAccountant:
