@@ -24,4 +24,7 @@ REFERENCE_DIGESTS = {
 def test_reference_digest(tmp_path, override):
     """The 8 runs take about 4 s together, so all of them stay in the default suite."""
     cfg = compose_config(tmp_path, override, "seed=0", "trainer.max_epochs=2")
-    assert train(cfg)["model_digest"] == REFERENCE_DIGESTS[override]
+    results = train(cfg)
+    assert results["model_digest"] == REFERENCE_DIGESTS[override]
+    reported = {"train/loss_epoch", "train/acc", "val/loss", "val/acc", "test/acc"}
+    assert reported <= set(results), "fit and test metrics both reach results.json"

@@ -22,15 +22,22 @@ def scalar(value) -> float | int | str | None:
     return value
 
 
+def logged_metrics(trainer: L.Trainer) -> dict:
+    """The trainer's latest logged metrics as plain numbers (read right after ``fit``: testing
+    replaces them)."""
+    return {k: scalar(v) for k, v in trainer.callback_metrics.items()}
+
+
 def finished_results(
     cfg: DictConfig,
     module: VFLModule,
     trainer: L.Trainer,
     callbacks: list,
+    fit_metrics: dict,
     test_rows: list[dict],
 ) -> dict:
-    """The results of a finished run (``status`` set by the caller)."""
-    fit_metrics = {k: scalar(v) for k, v in trainer.callback_metrics.items()}
+    """The results of a finished run (``status`` set by the caller): ``fit_metrics`` from
+    :func:`logged_metrics` after fitting, ``test_rows`` from ``trainer.test``."""
     test_metrics = {k: scalar(v) for row in test_rows for k, v in row.items()}
     choices = chosen_configs()
     results = {

@@ -18,7 +18,12 @@ from vfl_lightning.run.checks import check_output_dir, check_run_config, check_r
 from vfl_lightning.run.outcome import error_summary, finish_wandb, interrupted
 from vfl_lightning.run.process import freeze_import_time_objects, prepare_process
 from vfl_lightning.run.ray_session import attach_ray_parties, start_ray, stop_ray
-from vfl_lightning.run.results import finished_results, progress_results, write_results
+from vfl_lightning.run.results import (
+    finished_results,
+    logged_metrics,
+    progress_results,
+    write_results,
+)
 from vfl_lightning.run.resume import check_resume, protocol_config
 
 log = logging.getLogger(__name__)
@@ -59,10 +64,11 @@ def train(cfg: DictConfig) -> dict:
         # load would refuse list-valued hyperparameters (e.g. algo.client_speeds)
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
         module.check_finite()
+        fit_metrics = logged_metrics(trainer)
         test_rows = []
         if cfg.get("test", True) and not trainer.fast_dev_run:
             test_rows = trainer.test(module, datamodule=datamodule, verbose=False)
-        results |= finished_results(cfg, module, trainer, callbacks, test_rows)
+        results |= finished_results(cfg, module, trainer, callbacks, fit_metrics, test_rows)
         results["status"] = "finished"
         curve = next((c.path for c in callbacks if isinstance(c, CurveWriter)), None)
         for logger in loggers:
