@@ -1,1 +1,2 @@
-"""Where the parties run: the party interface and its local and Ray implementations."""
+"""The Ray transport (``runtime=ray``): the party interface implemented by Ray actors, which the
+run's picklable party factory builds; never imports ``run/`` or ``train``."""

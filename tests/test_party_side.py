@@ -1,0 +1,94 @@
+"""The party side shared by every transport: the picklable PartyFactory builds party m as the
+local build does, and the one update implementation computes the cut-layer and client steps."""
+
+from __future__ import annotations
+
+import pickle
+
+import lightning as L
+import pytest
+import torch
+from conftest import compose_config
+
+from vfl_lightning.algorithms.party_factory import PARTY_GROUPS, PartyFactory
+from vfl_lightning.algorithms.party_updates import (
+    PartyOptimization,
+    client_update,
+    cut_layer_update,
+    plain_backward,
+)
+from vfl_lightning.algorithms.zoo import ZooSettings, client_estimate, client_query
+from vfl_lightning.train import build
+
+
+def test_factory_builds_each_party_as_the_local_build_does(tmp_path):
+    cfg = compose_config(tmp_path, "algo=pbm")
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule, module = build(cfg)
+    factory = pickle.loads(pickle.dumps(PartyFactory.from_config(cfg)))
+    assert set(factory.config) == set(PARTY_GROUPS)
+    for m in range(len(datamodule.party_shapes)):
+        kit = factory.party(m)
+        local = dict(module.parties[m].named_parameters())
+        remote = dict(kit.model.named_parameters())
+        assert local.keys() == remote.keys()
+        assert all(torch.equal(local[name], remote[name]) for name in local)
+        for stage, split in datamodule.splits.items():
+            assert torch.equal(kit.features[stage], split.xs[m])
+        assert type(kit.mechanism) is type(module.mechanism)
+        assert kit.optimizer.param_groups[0]["params"][0] is next(kit.model.parameters())
+
+
+def test_factory_refuses_a_config_without_the_party_groups():
+    with pytest.raises(ValueError, match=r"missing \['mechanism', 'optimizer'\]$"):
+        PartyFactory({"seed": 0, "data": {}, "party": {}})
+
+
+def linear_party(seed: int = 0) -> tuple[torch.nn.Linear, torch.optim.SGD]:
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(5, 3)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def optimization(optimizer) -> PartyOptimization:
+    return PartyOptimization(zero=optimizer.zero_grad, backward=plain_backward, step=optimizer.step)
+
+
+def test_cut_layer_update_is_the_received_gradient_plus_the_proximal_term():
+    """Linear party h = x W^T + b: dL/dW = g^T x + mu (W - W0), dL/db = sum g + mu (b - b0)."""
+    model, optimizer = linear_party()
+    x, g = torch.randn(4, 5), torch.randn(4, 3)
+    anchor = [p.detach().clone() + 0.5 for p in model.parameters()]
+    before = [p.detach().clone() for p in model.parameters()]
+    mu = 0.3
+    cut_layer_update(
+        optimization(optimizer), [model(x)], [g], models=[model], anchors=[anchor], mu=mu
+    )
+    expected_grads = [
+        g.T @ x + mu * (before[0] - anchor[0]),
+        g.sum(0) + mu * (before[1] - anchor[1]),
+    ]
+    for p, old, grad in zip(model.parameters(), before, expected_grads, strict=True):
+        torch.testing.assert_close(p.detach(), old - 0.1 * grad)
+
+
+def test_client_update_first_order_backpropagates_the_answer():
+    model, optimizer = linear_party()
+    x, g = torch.randn(4, 5), torch.randn(4, 3)
+    before = model.weight.detach().clone()
+    client_update(optimization(optimizer), model(x), g, model=model, zoo=None)
+    torch.testing.assert_close(model.weight.detach(), before - 0.1 * (g.T @ x))
+
+
+def test_client_update_zoo_steps_along_the_two_point_estimate():
+    """A parameter-space ZOO query: the flat estimate of eq. 3 becomes the gradient."""
+    model, optimizer = linear_party()
+    zoo = ZooSettings(num_directions=2, mu=0.01, direction="gaussian", space="params")
+    query = client_query(model, torch.randn(4, 5), zoo, torch.Generator().manual_seed(1))
+    losses = torch.tensor([1.0, 1.2, 0.9], dtype=torch.float64)
+    flat_before = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    estimate = client_estimate(query, losses, zoo)
+    client_update(optimization(optimizer), query, losses, model=model, zoo=zoo)
+    flat_after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    torch.testing.assert_close(flat_after, flat_before - 0.1 * estimate.to(flat_before.dtype))
+    assert not torch.equal(flat_after, flat_before)
