@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from vfl_lightning.algorithms.local_parties import LocalParties
+from vfl_lightning.algorithms.party_updates import PartyOptimization, cut_layer_update
 from vfl_lightning.seeding import seeded_generator
 
 
@@ -118,9 +119,13 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         module = self.module
         party_opts, _ = module.split_optimizers()
         N = module.num_parties
-        module.zero_party_gradients(party_opts)
-        module.backward_parties(module.embed(xs), [gradient / N] * N)
-        module.step_parties(party_opts)
+        optimization = PartyOptimization(
+            zero=lambda: module.zero_party_gradients(party_opts),
+            backward=module.backward_parties,
+            step=lambda: module.step_parties(party_opts),
+        )
+        embeddings = module.embed(xs)
+        cut_layer_update(optimization, embeddings, [gradient / N] * N, models=module.parties)
         self.project_weights()
 
     def plain_round(self, xs, idx, upload_delays, modelled, deadline_s):
@@ -137,9 +142,12 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         module = self.module
         party_opts, _ = module.split_optimizers()
         for n, h in zip(used, self._plain_outputs, strict=True):
-            party_opts[n].zero_grad()
-            module.manual_backward(h, gradient=gradient / len(used))
-            module.step_party(party_opts[n])
+            optimization = PartyOptimization(
+                zero=party_opts[n].zero_grad,
+                backward=lambda hs, gs: module.manual_backward(hs[0], gradient=gs[0]),
+                step=lambda opt=party_opts[n]: module.step_party(opt),
+            )
+            cut_layer_update(optimization, [h], [gradient / len(used)], models=[module.parties[n]])
         self._plain_outputs = []
         self.project_weights()
 
