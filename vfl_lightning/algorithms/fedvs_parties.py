@@ -119,13 +119,13 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         module = self.module
         party_opts, _ = module.split_optimizers()
         N = module.num_parties
-        optimization = PartyOptimization(
-            zero=lambda: module.zero_party_gradients(party_opts),
-            backward=module.backward_parties,
-            step=lambda: module.step_parties(party_opts),
-        )
         embeddings = module.embed(xs)
-        cut_layer_update(optimization, embeddings, [gradient / N] * N, models=module.parties)
+        cut_layer_update(
+            module.party_optimization(party_opts),
+            embeddings,
+            [gradient / N] * N,
+            models=module.parties,
+        )
         self.project_weights()
 
     def plain_round(self, xs, idx, upload_delays, modelled, deadline_s):

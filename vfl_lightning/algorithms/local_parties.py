@@ -54,13 +54,8 @@ class LocalParties(Parties):
         module = self.module
         party_opts, _ = module.split_optimizers()
         embeddings = module.embed(self._last_xs) if fresh else self._last_embeddings
-        optimization = PartyOptimization(
-            zero=lambda: module.zero_party_gradients(party_opts),
-            backward=module.backward_parties,
-            step=lambda: module.step_parties(party_opts),
-        )
         cut_layer_update(
-            optimization,
+            module.party_optimization(party_opts),
             embeddings,
             gradients,
             models=module.parties,

@@ -10,6 +10,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from vfl_lightning.algorithms.party_updates import PartyOptimization
 from vfl_lightning.optim import step_together, zero_together
 
 
@@ -169,6 +170,16 @@ class ProtocolSteps(L.LightningModule):
         plain SGD one as a foreach update (:func:`step_together`, the same values)."""
         if not step_together([optimizer.optimizer]):
             optimizer.optimizer.step()
+
+    def party_optimization(self, optimizers) -> PartyOptimization:
+        """How the local parties zero, back-propagate and step all at once (party updates,
+        :mod:`~vfl_lightning.algorithms.party_updates`), with the Lightning-wrapped party
+        ``optimizers``."""
+        return PartyOptimization(
+            zero=lambda: self.zero_party_gradients(optimizers),
+            backward=self.backward_parties,
+            step=lambda: self.step_parties(optimizers),
+        )
 
     def step_parties(self, optimizers) -> None:
         """Step every party optimizer in ``optimizers`` (without advancing ``global_step``).
