@@ -7,6 +7,10 @@ from hydra.errors import HydraException, InstantiationException
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf.errors import OmegaConfBaseException
 
+RUN_LOG_ONLY = {"run_log_only": True}
+"""``extra=`` of a log record meant for the run's log file alone: the CLI prints that error once,
+as its ``error: ...`` line, and keeps the record off the console."""
+
 
 class ConfigError(ValueError):
     """A configuration value that cannot run: the message names the value and what is allowed."""

@@ -21,8 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint
+from vfl_lightning.config_checks import check_config
 from vfl_lightning.curve import CurveWriter
-from vfl_lightning.errors import ConfigError, error_summary, root_cause
+from vfl_lightning.errors import RUN_LOG_ONLY, ConfigError, error_summary, root_cause
 from vfl_lightning.loggers import quiet_lightning
 
 log = logging.getLogger(__name__)
@@ -302,12 +303,6 @@ def check_run_config(cfg: DictConfig) -> None:
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
     ):
         raise ConfigError(f"torch_threads must be an integer >= 1 or null, got {threads!r}")
-    precision = str(cfg.trainer.get("precision", "32-true"))
-    if precision not in VFLModule.SUPPORTED_PRECISION:
-        raise ConfigError(
-            f"trainer.precision must be one of {VFLModule.SUPPORTED_PRECISION}, got {precision!r} "
-            "(float16 AMP scales the loss, so scaled gradients would cross the wire)"
-        )
 
 
 def strict_json(value):
@@ -383,6 +378,7 @@ def train(cfg: DictConfig) -> dict:
         if not os.access(output_dir, os.W_OK):
             raise ConfigError(f"paths.output_dir={output_dir} is not writable")
         check_run_config(cfg)
+        check_config(cfg)
         check_runtime(cfg)
         if cfg.get("torch_threads"):
             torch.set_num_threads(int(cfg.torch_threads))
@@ -457,7 +453,7 @@ def train(cfg: DictConfig) -> dict:
         if module is not None:
             results |= module.communication_metrics()
         results["error"] = error_summary(error)
-        log.error("run %s: %s", results["status"], results["error"])
+        log.error("run %s: %s", results["status"], results["error"], extra=RUN_LOG_ONLY)
         raise
     finally:
         if module is not None:
