@@ -16,6 +16,7 @@ from conftest import CONF_DIR
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import get_class, instantiate
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.strategies.launchers import subprocess_script
 from omegaconf import OmegaConf
 
@@ -184,7 +185,6 @@ def test_ddp_refusal_comes_before_any_second_process(make_cfg, monkeypatch, algo
 @pytest.mark.parametrize(
     ("trainer", "processes"),
     [
-        (["trainer.devices=1"], None),
         (["trainer.devices=3"], 3),
         (["trainer.devices=[0,1]"], 2),
         (["trainer.devices='0,1,2'"], 3),
@@ -192,15 +192,42 @@ def test_ddp_refusal_comes_before_any_second_process(make_cfg, monkeypatch, algo
         (["+trainer.strategy=ddp"], 1),
     ],
 )
-def test_multi_process_trainers_are_refused_for_cascade(make_cfg, trainer, processes):
-    cfg = make_cfg("algo=cascade", *trainer)
-    if processes is None:
-        check_data_parallel(cfg, get_class(cfg.algo._target_))
-        return
+def test_multi_process_trainers_are_refused_before_launch(make_cfg, trainer, processes):
+    """Cascade refuses any of them; npq refuses all but trainer=ddp's strategy."""
+    cascade = make_cfg("algo=cascade", *trainer)
     with pytest.raises(ConfigError, match=rf"^algo=cascade cannot run .* = {processes} processes"):
-        check_data_parallel(cfg, get_class(cfg.algo._target_))
+        check_data_parallel(cascade, get_class(cascade.algo._target_))
     npq = make_cfg("algo=npq", *trainer)
-    check_data_parallel(npq, get_class(npq.algo._target_))
+    with pytest.raises(
+        ConfigError,
+        match=rf"^trainer.strategy=\w+ with .* = {processes} processes would not reduce the party "
+        r"gradients .*: use trainer=ddp, or trainer.devices=1$",
+    ):
+        check_data_parallel(npq, get_class(npq.algo._target_))
+
+
+@pytest.mark.parametrize(
+    ("algo", "trainer"),
+    [("cascade", ["trainer.devices=1"]), ("npq", ["trainer=ddp"]), ("npq", ["trainer.devices=1"])],
+)
+def test_single_process_and_federation_ddp_trainers_pass(make_cfg, algo, trainer):
+    cfg = make_cfg(f"algo={algo}", *trainer)
+    check_data_parallel(cfg, get_class(cfg.algo._target_))
+
+
+def test_results_lines_are_printed_by_rank_zero_only(make_cfg, capsys, monkeypatch):
+    cfg = make_cfg("trainer.max_steps=1", "trainer.limit_val_batches=1", "test=false")
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    cli.main(cfg)
+    assert "results:" not in capsys.readouterr().out
+    monkeypatch.setattr(rank_zero_only, "rank", 0)
+    cli.main(cfg)
+    results = Path(cfg.paths.output_dir) / "results.json"
+    digest = json.loads(results.read_text())["model_digest"]
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        f"results: {results}",
+        f"model_digest (local): {digest}",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from vfl_lightning.errors import ConfigError
+from vfl_lightning.parallel import FederationDDPStrategy
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 PRECISION_ALIASES = {"16": "16-mixed", "32": "32-true", "64": "64-true", "bf16": "bf16-mixed"}
@@ -141,18 +142,26 @@ def requested_processes(trainer: DictConfig) -> int:
 
 
 def check_data_parallel(cfg: DictConfig, algo: type) -> None:
-    """A protocol that cannot split its batches over ranks refuses a multi-process trainer here,
-    before Lightning launches a second process (``trainer=ddp``, ``trainer.devices=2``)."""
-    if getattr(algo, "DATA_PARALLEL", False):
-        return
+    """A multi-process trainer is refused here, before Lightning launches a second process, for
+    a protocol that cannot split its batches over ranks, and for any strategy but ``trainer=ddp``
+    (another one would not reduce the party gradients)."""
     strategy = cfg.trainer.get("strategy")
     named = strategy.get("_target_") if hasattr(strategy, "get") else strategy
     processes = requested_processes(cfg.trainer)
     if processes == 1 and named in SINGLE_PROCESS_STRATEGIES:
         return
-    raise ConfigError(
-        f"algo={cfg.algo.get('name')} cannot run data-parallel (trainer.devices x "
-        f"trainer.num_nodes = {processes} processes, strategy {str(named).rsplit('.', 1)[-1]}): "
-        f"its protocol state is not a function of each batch's rows; trainer=ddp runs only "
-        f"{DATA_PARALLEL_FAMILY}. Use trainer=default (trainer.devices=1, no DDP strategy)"
-    )
+    short = str(named).rsplit(".", 1)[-1]
+    if not getattr(algo, "DATA_PARALLEL", False):
+        raise ConfigError(
+            f"algo={cfg.algo.get('name')} cannot run data-parallel (trainer.devices x "
+            f"trainer.num_nodes = {processes} processes, strategy {short}): its protocol state is "
+            f"not a function of each batch's rows; trainer=ddp runs only {DATA_PARALLEL_FAMILY}. "
+            "Use trainer=default (trainer.devices=1, no DDP strategy)"
+        )
+    federation = isinstance(named, str) and "." in named
+    if not (federation and issubclass(get_class(named), FederationDDPStrategy)):
+        raise ConfigError(
+            f"trainer.strategy={short} with trainer.devices x trainer.num_nodes = {processes} "
+            "processes would not reduce the party gradients (their backward bypasses "
+            "DistributedDataParallel): use trainer=ddp, or trainer.devices=1"
+        )
