@@ -156,6 +156,12 @@ def test_without_a_validation_metric_val_fraction_0_trains(make_cfg):
     assert results["status"] == "finished" and "val/acc" not in results
 
 
+@pytest.mark.parametrize("precision", ["32", "64"])
+def test_lightning_short_precision_names_run(make_cfg, precision):
+    results = train(make_cfg(f"trainer.precision={precision}", *FAST))
+    assert results["status"] == "finished"
+
+
 @pytest.mark.parametrize("algo", ["cascade", "fedvs"])
 def test_ddp_refusal_comes_before_any_second_process(make_cfg, monkeypatch, algo):
     """Lightning's DDP launcher starts rank 1 with subprocess.Popen inside fit: here Popen raises,

@@ -56,7 +56,7 @@ def check_precision(precision, supported: tuple[str, ...]) -> str:
     if name in supported:
         return name
     reason = ""
-    if name.startswith("16"):
+    if name == "16-mixed":
         reason = (
             " (float16 AMP scales the loss, so scaled gradients would cross the wire: use bf16)"
         )
