@@ -1,6 +1,7 @@
 """Checkpoints survive a crash: last.ckpt after every epoch, atomic writes, and a run killed
 mid-epoch (exception, or kill -9 of the process) resumes to the uninterrupted result."""
 
+import fcntl
 import json
 import os
 import signal
@@ -8,11 +9,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from conftest import CONF_DIR, assert_same_training_state, stop_at
 
-from vfl_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint, atomic_torch_save
+from vfl_lightning.checkpoints import (
+    TEMPORARY_NAME,
+    AtomicCheckpointIO,
+    LastCheckpoint,
+    atomic_torch_save,
+    remove_stale_temporaries,
+)
 from vfl_lightning.train import train
 
 ROOT = Path(CONF_DIR).parent
@@ -183,3 +191,101 @@ def test_every_n_train_steps_counts_server_updates_of_fedbcd(make_cfg):
     with pytest.raises(RuntimeError, match="simulated crash"):
         train(cfg)
     assert torch.load(last(cfg), weights_only=False)["global_step"] == 6
+
+
+class KillInCheckpointRename(L.Callback):
+    """From epoch ``epoch`` on, SIGKILLs this process when a checkpoint write renames its finished
+    temporary file (``kill -9`` between the write and the rename: the file stays behind). Added
+    as ``+callbacks.kill._target_=test_checkpoints.KillInCheckpointRename``."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch != self.epoch:
+            return
+        trainer.strategy.checkpoint_io.wait()  # the previous epoch's write is renamed
+        rename = os.replace
+
+        def killing_rename(source, destination):
+            if TEMPORARY_NAME.fullmatch(Path(source).name):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return rename(source, destination)
+
+        os.replace = killing_rename
+
+
+def temporaries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if TEMPORARY_NAME.fullmatch(p.name))
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_no_file_after_the_resume(make_cfg, tmp_path):
+    common = ["algo=pbm", *SHORT, "trainer.max_epochs=2"]
+    killed_dir = tmp_path / "killed"
+    env = {
+        **os.environ,
+        "WANDB_MODE": "disabled",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+    kill = ["_target_=test_checkpoints.KillInCheckpointRename", "epoch=1"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *common, "logger=none"]
+        + ["trainer.enable_progress_bar=false", *[f"+callbacks.kill.{k}" for k in kill]]
+        + [f"hydra.run.dir={killed_dir}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    checkpoints = killed_dir / "checkpoints"
+    (left,) = temporaries(checkpoints)  # the write of epoch 1's checkpoint, complete, not renamed
+    assert left.startswith(".last.ckpt.") and (checkpoints / left).stat().st_size > 10_000
+    assert torch.load(checkpoints / "last.ckpt", weights_only=False)["epoch"] == 0
+    resumed = make_cfg(*common, f"ckpt_path={checkpoints / 'last.ckpt'}")
+    assert train(resumed)["status"] == "finished"
+    assert temporaries(checkpoints) == []
+    assert sorted(p.name for p in last(resumed).parent.iterdir()) == ["last.ckpt"]
+
+
+def test_only_unlocked_files_named_like_our_temporaries_are_removed(tmp_path):
+    names = [".last.ckpt.ab12cd_9.partial", ".last.ckpt.ab12cd_9", "notes.partial", "last.ckpt"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / ".x.ckpt.zzzzzzzz.partial").mkdir()
+    writing = tmp_path / ".results.json.0123abcd.partial"
+    writing.write_bytes(b"x")
+    with open(writing, "rb") as handle:  # a live writer holds the lock until its rename
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        assert remove_stale_temporaries(tmp_path) == [tmp_path / names[0]]
+        assert writing.exists()
+    assert remove_stale_temporaries(tmp_path) == [writing]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [*names[1:], ".x.ckpt.zzzzzzzz.partial"]
+    )
+
+
+def test_a_write_holds_its_lock_until_the_rename(tmp_path, monkeypatch):
+    seen = []
+    rename = os.replace
+
+    def look_before_rename(source, destination):
+        seen.append(remove_stale_temporaries(tmp_path))
+        return rename(source, destination)
+
+    monkeypatch.setattr(os, "replace", look_before_rename)
+    atomic_torch_save({"x": 1}, tmp_path / "last.ckpt")
+    assert seen == [[]] and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_resuming_a_finished_run_reports_its_results_and_checkpoint(make_cfg):
+    common = ["algo=pbm", *SHORT, "trainer.max_epochs=2"]
+    finished = make_cfg(*common)
+    first = train(finished)
+    again = train(make_cfg(*common, f"ckpt_path={last(finished)}"))
+    assert again["checkpoint"] == str(last(finished)) and again["val/acc"] is not None
+    first.pop("time/wall_s"), again.pop("time/wall_s")
+    assert again == first | {"checkpoint": str(last(finished))}
+    written = json.loads((Path(finished.paths.output_dir) / "results.json").read_text())
+    assert written["val/acc"] == first["val/acc"]

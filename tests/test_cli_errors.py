@@ -1,7 +1,9 @@
 """Every bad configuration ends in one line `error: ...` (exit 2) from the CLI, a stated run
 failure in one line (exit 1), and HYDRA_FULL_ERROR=1 still shows the traceback."""
 
+import io
 import json
+import logging
 import os
 import re
 import subprocess
@@ -9,9 +11,18 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import CONF_DIR
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import get_class, instantiate
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.strategies.launchers import subprocess_script
+from omegaconf import OmegaConf
 
 from vfl_lightning import cli
+from vfl_lightning.errors import ConfigError
+from vfl_lightning.run.config_checks import check_data_parallel
 from vfl_lightning.run.outcome import error_summary, exit_code
 from vfl_lightning.train import train
 
@@ -34,22 +45,79 @@ BATTERY = [
         r"num_parties \* b = 4000000000000 is too large for the exact PBM accountant \(at most "
         r"4096.*lower mechanism.b to at most 1024$",
     ),
-    (["algo=pbm", "mechanism.beta=0.3"], r"^beta must be in \(0, 0.25\] for PBM, got 0.3$"),
-    (["algo=pbm", "mechanism.beta=0"], r"^beta must be in \(0, 0.25\] for PBM, got 0: beta = 0"),
-    (["algo=pbm", "mechanism.b=0"], r"^b must be an integer >= 1, got 0$"),
+    (
+        ["algo=pbm", "mechanism.beta=0.3"],
+        r"^mechanism.beta must be in \(0, 0.25\] for PBM, got 0.3$",
+    ),
+    (
+        ["algo=pbm", "mechanism.beta=0"],
+        r"^mechanism.beta must be in \(0, 0.25\] for PBM, got 0: beta = 0",
+    ),
+    (["algo=pbm", "mechanism.b=0"], r"^mechanism.b must be an integer >= 1, got 0$"),
+    (["algo=pbm", "mechanism.b=abc"], r"^mechanism.b must be an integer >= 1, got 'abc'$"),
+    (
+        ["algo=pbm", "mechanism.beta=abc"],
+        r"^mechanism.beta must be a number in \(0, 0.25\] for PBM, got 'abc'$",
+    ),
+    (["algo=ldp", "mechanism.sigma=abc"], r"^mechanism.sigma must be > 0, got 'abc'$"),
     (["seed=-1"], r"^seed must be an integer in \[0, 2\^32 - 1\], got -1$"),
     (["seed=abc"], r"^seed must be an integer in \[0, 2\^32 - 1\], got 'abc'$"),
     (["seed=1.5"], r"^seed must be an integer in \[0, 2\^32 - 1\], got 1.5$"),
     (["torch_threads=-1"], r"^torch_threads must be an integer >= 1 or null, got -1$"),
     (["torch_threads=abc"], r"^torch_threads must be an integer >= 1 or null, got 'abc'$"),
-    (["trainer.precision=16-mixed"], r"^trainer.precision must be one of .*got '16-mixed'"),
+    (
+        ["trainer.precision=16-mixed"],
+        r"^trainer.precision must be one of .*got '16-mixed' \(float16 AMP scales the loss",
+    ),
+    (
+        ["trainer.precision=17"],
+        r"^trainer.precision must be one of \('32-true', '64-true', 'bf16-mixed', 'bf16-true'\) "
+        r"\(or 32, 64, bf16\), got 17$",
+    ),
+    (["trainer.accelerator=tpu"], r"^trainer.accelerator must be one of \('auto', .*got 'tpu'$"),
+    (["optimizer.lr=-1"], r"^optimizer.lr must be a finite number >= 0, got -1$"),
+    (["optimizer.lr=abc"], r"^optimizer.lr must be a finite number >= 0, got 'abc'$"),
+    (["optimizer.momentum=-0.5"], r"^optimizer.momentum must be a finite number >= 0, got -0.5$"),
+    (
+        ["optimizer=adam", "+optimizer.betas=[0.9,1.5]"],
+        r"^optimizer.betas must be two numbers in \[0, 1\), got \[0.9, 1.5\]$",
+    ),
+    (
+        ["+optimizer.nesterov=true", "optimizer.momentum=0"],
+        r"^optimizer.nesterov=true needs optimizer.momentum > 0 and optimizer.dampening=0",
+    ),
     ([*FEDVS, "algo.T=0"], r"^algo.T must be an integer >= 1, got 0: with T = 0"),
+    (
+        [*FEDVS, "algo.T=8"],
+        r"^FedVS needs N >= 2\(K\+T-1\)\+1 = 17 clients for K=1, T=8, got N=8; algo.T must be "
+        r"at most 3 with N=8 and algo.K=1$",
+    ),
     # the FedVS wrap-around pre-check runs in on_train_start, inside Lightning's fit
     ([*FEDVS, "algo.l_x=20"], r"^FedVS decoded sums can reach \d+ .*lower algo.l_x from 20 to"),
     (["trainer.max_epochs=-5"], r"^`max_epochs` must be a non-negative integer or -1"),
     (["data.batch_size=0"], r"^batch_size must be >= 1, got 0$"),
     (["data.val_fraction=1.5"], r"^val_fraction must be in \[0, 1\), got 1.5$"),
-    (["party.embedding_dim=0"], r"^embedding_dim must be >= 1, got 0$"),
+    (["party.embedding_dim=0"], r"^party.embedding_dim must be an integer >= 1, got 0$"),
+    (["party.embedding_dim=-3"], r"^party.embedding_dim must be an integer >= 1, got -3$"),
+    (["party.hidden=[-3]"], r"^party.hidden must be a list of integers >= 1, got \[-3\]$"),
+    (["party.hidden=64"], r"^party.hidden must be a list of integers >= 1, got 64$"),
+    (
+        ["head=mlp", "head.hidden=[8,-3]"],
+        r"^head.hidden must be a list of integers >= 1, got \[8, -3\]$",
+    ),
+    (
+        ["party=cnn", "party.channels=[16,-1]"],
+        r"^party.channels \(two conv layers\) must be 2 integers >= 1, got \[16, -1\]$",
+    ),
+    (
+        ["data.val_fraction=0"],
+        r"^data.val_fraction=0 leaves no validation split, but optimized_metric=val/acc needs one: "
+        r"set data.val_fraction in \(0, 1\)",
+    ),
+    (
+        ["data.val_fraction=0", "optimized_metric=null", "target.value=0.9"],
+        r"^data.val_fraction=0 leaves no validation split, but target.metric=val/acc needs one",
+    ),
     (["mechanism.fusion=prod"], r"^fusion must be one of \('sum', 'mean', 'concat'\), got 'prod'$"),
     (
         ["callbacks.checkpoint.every_n_train_steps=0"],
@@ -72,6 +140,130 @@ def test_bad_configuration_gives_one_clear_line(make_cfg, overrides, message):
     assert re.search(message, line), line
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_gpu_accelerator_without_a_gpu_is_one_line(make_cfg):
+    with pytest.raises(Exception) as error:
+        train(make_cfg("trainer.accelerator=gpu", *FAST))
+    assert exit_code(error.value) == 2
+    assert re.fullmatch(
+        r"trainer.accelerator=gpu needs a CUDA GPU, but torch sees none \(torch .*\): use "
+        r"trainer.accelerator=cpu or auto",
+        error_summary(error.value),
+    )
+
+
+def test_without_a_validation_metric_val_fraction_0_trains(make_cfg):
+    results = train(make_cfg("data.val_fraction=0", "optimized_metric=null", *FAST))
+    assert results["status"] == "finished" and "val/acc" not in results
+
+
+@pytest.mark.parametrize("precision", ["32", "64"])
+def test_lightning_short_precision_names_run(make_cfg, precision):
+    results = train(make_cfg(f"trainer.precision={precision}", *FAST))
+    assert results["status"] == "finished"
+
+
+@pytest.mark.parametrize("algo", ["cascade", "fedvs"])
+def test_ddp_refusal_comes_before_any_second_process(make_cfg, monkeypatch, algo):
+    """Lightning's DDP launcher starts rank 1 with subprocess.Popen inside fit: here Popen raises,
+    so reaching it fails the test (without the early refusal this run would get there)."""
+
+    class LaunchedASecondProcess(Exception):
+        pass
+
+    def refuse_to_start(*args, **kwargs):
+        raise LaunchedASecondProcess(args)
+
+    for name in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(subprocess_script.subprocess, "Popen", refuse_to_start)
+    protocol = [*FEDVS] if algo == "fedvs" else [f"experiment={algo}_digits"]
+    cfg = make_cfg(*protocol, "trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu", *FAST)
+    with pytest.raises(ConfigError) as error:
+        train(cfg)
+    assert re.fullmatch(
+        rf"algo={algo} cannot run data-parallel \(trainer.devices x trainer.num_nodes = 2 "
+        r"processes, strategy FederationDDPStrategy\): .* trainer=ddp runs only splitnn, npq, "
+        r"pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd\. Use trainer=default .*",
+        error_summary(error.value),
+    )
+
+
+@pytest.mark.parametrize(
+    ("trainer", "processes"),
+    [
+        (["trainer.devices=3"], 3),
+        (["trainer.devices=[0,1]"], 2),
+        (["trainer.devices='0,1,2'"], 3),
+        (["+trainer.num_nodes=2"], 2),
+        (["+trainer.strategy=ddp"], 1),
+    ],
+)
+def test_multi_process_trainers_are_refused_before_launch(make_cfg, trainer, processes):
+    """Cascade refuses any of them; npq refuses all but trainer=ddp's strategy."""
+    cascade = make_cfg("algo=cascade", *trainer)
+    with pytest.raises(ConfigError, match=rf"^algo=cascade cannot run .* = {processes} processes"):
+        check_data_parallel(cascade, get_class(cascade.algo._target_))
+    npq = make_cfg("algo=npq", *trainer)
+    with pytest.raises(
+        ConfigError,
+        match=rf"^trainer.strategy=\w+ with .* = {processes} processes would not reduce the party "
+        r"gradients .*: use trainer=ddp, or trainer.devices=1$",
+    ):
+        check_data_parallel(npq, get_class(npq.algo._target_))
+
+
+@pytest.mark.parametrize(
+    ("algo", "trainer"),
+    [("cascade", ["trainer.devices=1"]), ("npq", ["trainer=ddp"]), ("npq", ["trainer.devices=1"])],
+)
+def test_single_process_and_federation_ddp_trainers_pass(make_cfg, algo, trainer):
+    cfg = make_cfg(f"algo={algo}", *trainer)
+    check_data_parallel(cfg, get_class(cfg.algo._target_))
+
+
+def test_results_lines_are_printed_by_rank_zero_only(make_cfg, capsys, monkeypatch):
+    cfg = make_cfg("trainer.max_steps=1", "trainer.limit_val_batches=1", "test=false")
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    cli.main(cfg)
+    assert "results:" not in capsys.readouterr().out
+    monkeypatch.setattr(rank_zero_only, "rank", 0)
+    cli.main(cfg)
+    results = Path(cfg.paths.output_dir) / "results.json"
+    digest = json.loads(results.read_text())["model_digest"]
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        f"results: {results}",
+        f"model_digest (local): {digest}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("directory", "reason"),
+    [("/proc/x", "No such file or directory"), ("/etc/hostname/run", "Not a directory")],
+)
+def test_impossible_hydra_run_dir_is_one_line(capsys, monkeypatch, directory, reason):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    config = OmegaConf.create({"hydra": {"run": {"dir": directory}, "sweep": {"dir": directory}}})
+    check = instantiate(compose_hydra_callbacks()["output_dir_check"])
+    for start, key in ((check.on_run_start, "run"), (check.on_multirun_start, "sweep")):
+        with pytest.raises(SystemExit) as stop:
+            start(config=config)
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"error: hydra.{key}.dir={directory} cannot be used as the output directory: "
+            f"[Errno {20 if 'Not a' in reason else 2}] {reason}: '{directory}'"
+        ]
+
+
+def compose_hydra_callbacks() -> dict:
+    """The ``hydra.callbacks`` of the root config (what ``python train.py`` installs)."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        cfg = compose("train", return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    return cfg.hydra.callbacks
+
+
 def test_unwritable_output_dir_is_one_line(make_cfg):
     cfg = make_cfg(*FAST)
     cfg.paths.output_dir = "/etc/hostname/run"
@@ -88,11 +280,39 @@ def test_cli_prints_one_line_and_exits_2_and_hydra_full_error_raises(make_cfg, c
         cli.main(cfg)
     assert stop.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        "error: beta must be in (0, 0.25] for PBM, got 0.3"
+        "error: mechanism.beta must be in (0, 0.25] for PBM, got 0.3"
     )
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     with pytest.raises(ValueError, match=r"beta must be in \(0, 0.25\]"):
         cli.main(cfg)
+
+
+def test_the_error_is_printed_once_and_the_run_log_keeps_it(make_cfg, capsys, tmp_path):
+    """Hydra logs to the console and to train.log through root handlers: the CLI's ``error:``
+    line is the console's only copy of the failure; the log file keeps the logged record."""
+    console_stream = io.StringIO()
+    console = logging.StreamHandler(console_stream)
+    log_file = logging.FileHandler(tmp_path / "train.log")
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.INFO)
+    root.addHandler(console)
+    root.addHandler(log_file)
+    try:
+        with pytest.raises(SystemExit):
+            cli.main(make_cfg("algo=pbm", "mechanism.b=abc", *FAST))
+    finally:
+        root.removeHandler(console)
+        root.removeHandler(log_file)
+        root.setLevel(level)
+        log_file.close()
+    message = "mechanism.b must be an integer >= 1, got 'abc'"
+    assert [line for line in capsys.readouterr().err.splitlines() if message in line] == [
+        f"error: {message}"
+    ]
+    assert message not in console_stream.getvalue()
+    assert "results:" in console_stream.getvalue()  # other records still reach the console
+    assert f"run failed: {message}" in (tmp_path / "train.log").read_text()
 
 
 def test_cli_run_failure_exits_1_in_one_line(make_cfg, capsys):
@@ -133,6 +353,7 @@ def test_cli_subprocess_one_error_line_no_traceback_and_the_error_in_the_run_log
         "error: algo=fedvs needs polynomial-network parties (party=pn), got MLPEncoder"
     ]
     assert proc.stderr.splitlines()[-1] == errors[0]
+    assert "needs polynomial-network parties" not in output.replace(errors[0], "")
     assert "needs polynomial-network parties" in (tmp_path / "train.log").read_text()
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "failed" and results["error"] == errors[0][len("error: ") :]

@@ -181,7 +181,10 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
             ["algo.K=4"],
             r"needs N >= 2\(K\+T-1\)\+1 = 9 clients for K=4, T=1, got N=8; lower K to at most 3",
         ),
-        (["algo.T=4"], r"= 9 clients for K=1, T=4, got N=8; lower T below 4"),
+        (
+            ["algo.T=4"],
+            r"= 9 clients for K=1, T=4, got N=8; algo.T must be at most 3 with N=8 and algo.K=1",
+        ),
         (["algo.T=0"], r"algo.T must be an integer >= 1, got 0: with T = 0 the data shares"),
         (["algo.T=-1"], r"algo.T must be an integer >= 1, got -1"),
         (

@@ -280,7 +280,10 @@ def test_bad_code_parameters_are_refused():
         match=r"needs N >= 2\(K\+T-1\)\+1 = 7 clients for K=3, T=1, got N=6; lower K to at most 2",
     ):
         check_code_parameters(6, 3, 1, DEFAULT_PRIME)
-    with pytest.raises(ValueError, match=r"= 9 clients for K=1, T=4, got N=4; lower T below 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"= 9 clients for K=1, T=4, got N=4; algo.T must be at most 1 with N=4 and algo.K=1$",
+    ):
         LagrangeCode(4, 1, 4)
     with pytest.raises(ValueError, match="K must be an integer >= 1, got 0"):
         LagrangeCode(5, 0, 1)

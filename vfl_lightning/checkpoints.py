@@ -4,8 +4,11 @@ the file is written and flushed to disk by a background thread, so training does
 
 from __future__ import annotations
 
+import fcntl
 import io
+import logging
 import os
+import re
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -16,16 +19,29 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+log = logging.getLogger(__name__)
+
+TEMPORARY_SUFFIX = ".partial"
+TEMPORARY_NAME = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(TEMPORARY_SUFFIX))
+"""The name of an :func:`atomic_write_bytes` temporary file: ``.<target>.<8 random>.partial``."""
+
 
 def atomic_write_bytes(data: bytes, path: str | os.PathLike) -> None:
     """Write ``data`` into a temporary file in ``path``'s own directory, flush it to disk, then
     ``os.replace`` it onto ``path``: a reader sees the old file or the complete new one, never a
-    partial one (a temporary file on another filesystem would need a non-atomic copy)."""
+    partial one (a temporary file on another filesystem would need a non-atomic copy).
+
+    The writer holds an exclusive ``flock`` on the temporary file until it is renamed, so a file
+    left by a killed writer (the kernel drops the lock with the process) can be told from one being
+    written: :func:`remove_stale_temporaries`."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    handle, temporary = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=TEMPORARY_SUFFIX, dir=target.parent
+    )
     try:
-        with os.fdopen(handle, "wb") as f:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        with os.fdopen(os.dup(handle), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -33,11 +49,40 @@ def atomic_write_bytes(data: bytes, path: str | os.PathLike) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    finally:
+        os.close(handle)
     directory = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files that killed :func:`atomic_write_bytes` calls left in
+    ``directory`` (a ``kill -9`` between the write and the rename): only files named like ours
+    whose lock no process holds, so a write in progress (this process's or another's) is kept.
+    Returns the paths removed."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for path in sorted(folder.iterdir()):
+        if not TEMPORARY_NAME.fullmatch(path.name) or path.is_symlink() or not path.is_file():
+            continue
+        try:
+            handle = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink(missing_ok=True)
+            removed.append(path)
+        except BlockingIOError:
+            continue
+        finally:
+            os.close(handle)
+    return removed
 
 
 def serialize(obj: Any) -> bytes:
@@ -110,9 +155,17 @@ class LastCheckpoint(Checkpoint):
     check or a ``fast_dev_run``. ``last_model_path`` is the file written (empty before the first).
     The module's ``check_finite`` runs before each write: a run whose loss or parameters turned
     non-finite stops there, and its last good checkpoint stays in place.
+
+    At the start of ``fit`` (rank 0) it removes the temporary files that killed writes left in its
+    directory and in the resumed checkpoint's (:func:`remove_stale_temporaries`). Each checkpoint
+    keeps the validation and training metrics of its moment, so resuming a run that had already
+    finished (nothing left to train) reports them and that checkpoint (:meth:`results`).
     """
 
     FILENAME = "last.ckpt"
+    RECOMPUTED_METRICS = ("test/", "comm/", "time/", "privacy/", "attack/")
+    """Logged metrics a checkpoint does not keep: a resumed run computes them again (the test
+    split) or exactly from the restored protocol state (ledger, clock, accountant, attacks)."""
 
     def __init__(self, dirpath: str, every_n_train_steps: int | None = None) -> None:
         if every_n_train_steps is not None and (
@@ -129,6 +182,10 @@ class LastCheckpoint(Checkpoint):
         self.last_model_path = ""
         self._saved_at: tuple[int, int] | None = None
         self._step_before_batch = 0
+        self._metrics: dict[str, float] = {}
+        self._restored_metrics: dict[str, float] = {}
+        self._trained = False
+        self._finished_before = False
 
     @property
     def path(self) -> Path:
@@ -144,8 +201,45 @@ class LastCheckpoint(Checkpoint):
         if position == self._saved_at:
             return
         self.last_model_path = str(self.path)
+        self._metrics = {
+            key: float(value)
+            for key, value in trainer.callback_metrics.items()
+            if not key.startswith(self.RECOMPUTED_METRICS) and value.numel() == 1
+        }
         trainer.save_checkpoint(self.path, weights_only=False)
         self._saved_at = position
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if not trainer.is_global_zero:
+            return
+        folders = {self.dirpath}
+        if trainer.ckpt_path is not None:
+            folders.add(Path(trainer.ckpt_path).parent)
+        for folder in sorted(folders):
+            for path in remove_stale_temporaries(folder):
+                log.info("removed %s, left by a checkpoint write that was killed", path)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._trained = True
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        """A resumed run with nothing left to train: its model is the resumed checkpoint."""
+        if self._trained or trainer.ckpt_path is None or trainer.fast_dev_run:
+            return
+        self._finished_before = True
+        self.last_model_path = str(trainer.ckpt_path)
+        log.info(
+            "ckpt_path=%s holds a finished run (epoch %d, step %d): nothing left to train, "
+            "reporting its metrics",
+            trainer.ckpt_path,
+            trainer.current_epoch,
+            trainer.global_step,
+        )
+
+    def results(self) -> dict:
+        """The resumed checkpoint's validation and training metrics when this fit had nothing
+        left to train (a run resumed after it finished); otherwise nothing."""
+        return dict(self._restored_metrics) if self._finished_before else {}
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._step_before_batch = int(trainer.global_step)
@@ -164,7 +258,7 @@ class LastCheckpoint(Checkpoint):
         self._save(trainer, pl_module)
 
     def state_dict(self) -> dict:
-        return {"last_model_path": self.last_model_path}
+        return {"last_model_path": self.last_model_path, "metrics": dict(self._metrics)}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        return None
+        self._restored_metrics = dict(state_dict.get("metrics") or {})

@@ -3,15 +3,19 @@ run failure into one line ``error: ...`` (exit 2 or 1) instead of a traceback.""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
-from vfl_lightning.run.outcome import error_summary, exit_code
+from vfl_lightning.run.outcome import RUN_LOG_ONLY, error_summary, exit_code
 from vfl_lightning.run.train import train
 from vfl_lightning.search import objective
 
@@ -19,6 +23,59 @@ from vfl_lightning.search import objective
 class FailedJob(CompactHydraException):
     """A multirun job's one-line error: Hydra goes on with the sweep and, at its end, reports
     the first failed job by this message alone (no traceback)."""
+
+
+class RunLogOnly(logging.Filter):
+    """Keeps records logged with ``extra=RUN_LOG_ONLY`` off a console handler (the run's log file
+    keeps them): the CLI prints that error itself, once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, next(iter(RUN_LOG_ONLY)), False)
+
+
+RUN_LOG_ONLY_FILTER = RunLogOnly()
+
+
+def keep_run_log_records_off_the_console() -> None:
+    """Add :class:`RunLogOnly` to the root logger's console handlers (Hydra makes new ones per
+    job)."""
+    for handler in logging.getLogger().handlers:
+        console = isinstance(handler, logging.StreamHandler) and not isinstance(
+            handler, logging.FileHandler
+        )
+        if console and RUN_LOG_ONLY_FILTER not in handler.filters:
+            handler.addFilter(RUN_LOG_ONLY_FILTER)
+
+
+class OutputDirCheck(Callback):
+    """A Hydra callback (``hydra.callbacks`` in conf/hydra/default.yaml): Hydra creates the run
+    (or sweep) directory before the task function runs, so an impossible or unwritable
+    ``hydra.run.dir`` / ``hydra.sweep.dir`` is refused here, in one line with exit code 2."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        check_output_dir("hydra.run.dir", config.hydra.run.dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        check_output_dir("hydra.sweep.dir", config.hydra.sweep.dir)
+
+
+def check_output_dir(key: str, directory: str) -> None:
+    """Create ``directory`` (as Hydra would) or print one ``error:`` line and exit 2;
+    ``HYDRA_FULL_ERROR=1`` leaves the error to Hydra and its traceback."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        problem = None if os.access(path, os.W_OK) else "it is not writable"
+    except OSError as error:
+        problem = " ".join(str(error).split())
+    if problem is not None:
+        print(
+            f"error: {key}={directory} cannot be used as the output directory: {problem}",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 
 def _multirun() -> bool:
@@ -31,7 +88,8 @@ def _multirun() -> bool:
 def main(cfg: DictConfig) -> float | None:
     """Train; return ``optimized_metric`` for sweepers. ``HYDRA_FULL_ERROR=1`` keeps tracebacks;
     in a multirun the line is printed and raised as :class:`FailedJob` so Hydra records the job
-    as failed and goes on."""
+    as failed and goes on. Under ``trainer=ddp`` rank 0 alone prints the results lines."""
+    keep_run_log_records_off_the_console()
     try:
         results = train(cfg)
     except Exception as error:
@@ -43,6 +101,7 @@ def main(cfg: DictConfig) -> float | None:
         if _multirun():
             raise FailedJob(line) from None
         sys.exit(code)
-    print(f"results: {cfg.paths.output_dir}/results.json")
-    print(f"model_digest ({results.get('runtime')}): {results.get('model_digest')}")
+    if rank_zero_only.rank == 0:
+        print(f"results: {cfg.paths.output_dir}/results.json")
+        print(f"model_digest ({results.get('runtime')}): {results.get('model_digest')}")
     return objective(cfg, results)

@@ -34,6 +34,10 @@ OptimizerFactory = Callable[..., torch.optim.Optimizer]
 lightning_speedups.install()
 
 
+PRECISION_ALIASES = {"16": "16-mixed", "32": "32-true", "64": "64-true", "bf16": "bf16-mixed"}
+"""Lightning's short names for precisions, resolved as Lightning resolves them."""
+
+
 class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     """Parties, the server head, the mechanism and the wire, with evaluation, logging and state.
 
@@ -193,15 +197,23 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         return RowShares(trainer.world_size, trainer.global_rank)
 
     @classmethod
-    def check_precision(cls, precision: str) -> None:
-        """Float16 AMP scales the loss, so the gradients sent over the wire would be scaled
-        values: refuse it (bf16 needs no loss scaling). Asked before anything is built
-        (``run.checks``) and again at ``setup`` (a trainer made elsewhere)."""
-        if precision not in cls.SUPPORTED_PRECISION:
-            raise ConfigError(
-                f"trainer.precision must be one of {cls.SUPPORTED_PRECISION}, got {precision!r} "
-                "(float16 AMP scales the loss, so scaled gradients would cross the wire)"
+    def check_precision(cls, precision) -> str:
+        """``trainer.precision`` one of ``SUPPORTED_PRECISION`` (Lightning's short names 32, 64,
+        bf16 too). Float16 AMP scales the loss, so the gradients sent over the wire would be scaled
+        values: it is refused with that reason (bf16 needs no loss scaling). Asked before anything
+        is built (``run.config_checks``) and again at ``setup`` (a trainer made elsewhere)."""
+        name = PRECISION_ALIASES.get(str(precision), str(precision))
+        if name in cls.SUPPORTED_PRECISION:
+            return name
+        reason = ""
+        if name == "16-mixed":
+            reason = (
+                " (float16 AMP scales the loss, so scaled gradients would cross the wire: use bf16)"
             )
+        raise ConfigError(
+            f"trainer.precision must be one of {cls.SUPPORTED_PRECISION} (or 32, 64, bf16), got "
+            f"{precision!r}{reason}"
+        )
 
     # ----------------------------------------------------------------- forward
     def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:

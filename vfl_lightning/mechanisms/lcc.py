@@ -49,7 +49,13 @@ def check_code_parameters(num_clients: int, K: int, T: int, prime: int) -> None:
     needed = recovery_threshold(K, T)
     if num_clients < needed:
         largest_k = (num_clients - 1) // 2 - T + 1
-        advice = f"lower K to at most {largest_k}" if largest_k >= 1 else f"lower T below {T}"
+        largest_t = (num_clients - 1) // 2 - K + 1
+        if largest_k >= 1:
+            advice = f"lower K to at most {largest_k}"
+        elif largest_t >= 1:
+            advice = f"algo.T must be at most {largest_t} with N={num_clients} and algo.K={K}"
+        else:
+            advice = f"use at least {recovery_threshold(K, 1)} clients for K={K}, T=1"
         raise ValueError(
             f"FedVS needs N >= 2(K+T-1)+1 = {needed} clients for K={K}, T={T}, got N={num_clients}; "
             f"{advice}"

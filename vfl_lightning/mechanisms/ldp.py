@@ -14,6 +14,13 @@ from vfl_lightning.mechanisms.base import Mechanism, fuse_tensors, party_generat
 from vfl_lightning.privacy.parameters import check_pbm_parameters
 
 
+def positive_number(key: str, value) -> float:
+    """``value`` as a float > 0, or one ValueError naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{key} must be > 0, got {value!r}")
+    return float(value)
+
+
 def matched_sigma(*, b: int, beta: float, num_parties: int) -> float:
     """σ = sqrt(2M / (b β²)): the paper's LDP noise matched to PBM's feature privacy at (b, β)."""
     b, beta, _ = check_pbm_parameters(b, beta, 1.0)
@@ -41,18 +48,14 @@ class GaussianLDP(Mechanism):
         apply_at_eval: bool = True,
     ) -> None:
         super().__init__(num_parties, fusion="sum", apply_at_eval=apply_at_eval)
-        self.C = float(C)
-        if not self.C > 0.0:
-            raise ValueError(f"C must be > 0, got {C}")
+        self.C = positive_number("mechanism.C", C)
         if sigma is None:
             if b is None or beta is None:
                 raise ValueError(
                     "GaussianLDP needs sigma, or both b and beta for the matched sigma"
                 )
             sigma = matched_sigma(b=b, beta=beta, num_parties=self.num_parties)
-        self.sigma = float(sigma)
-        if not self.sigma > 0.0:
-            raise ValueError(f"sigma must be > 0, got {sigma}")
+        self.sigma = positive_number("mechanism.sigma", sigma)
 
     def encode(
         self,

@@ -8,6 +8,8 @@ from math import prod
 import torch
 from torch import nn
 
+from vfl_lightning.models.widths import check_width, check_widths
+
 ACTIVATIONS = {"none": nn.Identity, "tanh": nn.Tanh, "relu": nn.ReLU, "sigmoid": nn.Sigmoid}
 
 
@@ -15,12 +17,6 @@ def activation_layer(name: str) -> nn.Module:
     if name not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
     return ACTIVATIONS[name]()
-
-
-def _check_width(embedding_dim: int) -> int:
-    if int(embedding_dim) < 1:
-        raise ValueError(f"embedding_dim must be >= 1, got {embedding_dim}")
-    return int(embedding_dim)
 
 
 class MLPEncoder(nn.Module):
@@ -41,12 +37,12 @@ class MLPEncoder(nn.Module):
     ) -> None:
         super().__init__()
         self.input_shape = tuple(input_shape)
-        self.embedding_dim = _check_width(embedding_dim)
+        self.embedding_dim = check_width("party.embedding_dim", embedding_dim)
         layers: list[nn.Module] = [nn.Flatten()]
         width = prod(self.input_shape)
-        for size in hidden:
-            layers += [nn.Linear(width, int(size)), activation_layer(activation)]
-            width = int(size)
+        for size in check_widths("party.hidden", hidden):
+            layers += [nn.Linear(width, size), activation_layer(activation)]
+            width = size
         layers += [nn.Linear(width, self.embedding_dim, bias=bias)]
         layers.append(activation_layer(output_activation))
         self.net = nn.Sequential(*layers)
@@ -73,12 +69,9 @@ class CNNEncoder(nn.Module):
                 f"party=cnn needs image slices of shape (C, H, W), got {tuple(input_shape)}; "
                 "use an image partition (quadrants, halves, strips) or party=mlp"
             )
-        if len(channels) != 2:
-            raise ValueError(
-                f"party=cnn has two conv layers: channels needs 2 values, got {list(channels)}"
-            )
+        channels = check_widths("party.channels (two conv layers)", channels, count=2)
         self.input_shape = tuple(input_shape)
-        self.embedding_dim = _check_width(embedding_dim)
+        self.embedding_dim = check_width("party.embedding_dim", embedding_dim)
         c, h, w = self.input_shape
         pooled = (min(h, pooled_size), min(w, pooled_size))
         self.net = nn.Sequential(

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from vfl_lightning.models.widths import check_widths
+
 
 class LinearHead(nn.Linear):
     """One linear layer to ``num_classes`` logits (multinomial logistic regression)."""
@@ -21,9 +23,9 @@ class MLPHead(nn.Sequential):
     def __init__(self, in_features: int, num_classes: int, hidden: Sequence[int] = (64,)) -> None:
         layers: list[nn.Module] = []
         width = in_features
-        for size in hidden:
-            layers += [nn.Linear(width, int(size)), nn.ReLU()]
-            width = int(size)
+        for size in check_widths("head.hidden", hidden):
+            layers += [nn.Linear(width, size), nn.ReLU()]
+            width = size
         layers.append(nn.Linear(width, num_classes))
         super().__init__(*layers)
 

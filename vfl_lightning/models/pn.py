@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from vfl_lightning.models.widths import check_width
+
 
 class PolynomialNetwork(nn.Module):
     """FedVS eq. 1 with the bias absorbed as a constant-1 feature (the paper's footnote 1).
@@ -26,12 +28,10 @@ class PolynomialNetwork(nn.Module):
         super().__init__()
         if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
             raise ValueError(f"party.degree must be an integer >= 1, got {degree!r}")
-        if int(embedding_dim) < 1:
-            raise ValueError(f"embedding_dim must be >= 1, got {embedding_dim}")
         self.input_shape = tuple(input_shape)
         self.in_features = math.prod(self.input_shape)
         self.degree = degree
-        self.embedding_dim = int(embedding_dim)
+        self.embedding_dim = check_width("party.embedding_dim", embedding_dim)
         fan_in = degree * self.in_features + 1
         self.weight = nn.Parameter(torch.empty(fan_in, self.embedding_dim))
         bound = 1.0 / math.sqrt(fan_in)

@@ -10,7 +10,6 @@ from pathlib import Path
 from hydra.utils import get_class
 from omegaconf import DictConfig
 
-from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.errors import ConfigError
 
 RUNTIMES = ("local", "ray")
@@ -26,7 +25,6 @@ def check_run_config(cfg: DictConfig) -> None:
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
     ):
         raise ConfigError(f"torch_threads must be an integer >= 1 or null, got {threads!r}")
-    VFLModule.check_precision(str(cfg.trainer.get("precision", "32-true")))
 
 
 def check_output_dir(output_dir: Path) -> None:

@@ -63,3 +63,8 @@ def finish_wandb(exit_code: int) -> None:
     wandb = sys.modules.get("wandb")
     if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish(exit_code=exit_code)
+
+
+RUN_LOG_ONLY = {"run_log_only": True}
+"""``extra=`` of a log record meant for the run's log file alone: the CLI prints that error once,
+as its ``error: ...`` line, and keeps the record off the console."""

@@ -15,7 +15,8 @@ from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.curve import CurveWriter
 from vfl_lightning.run.assemble import build_in_data_dir, make_callbacks, make_loggers, make_trainer
 from vfl_lightning.run.checks import check_output_dir, check_run_config, check_runtime, runtime_name
-from vfl_lightning.run.outcome import error_summary, finish_wandb, interrupted
+from vfl_lightning.run.config_checks import check_config
+from vfl_lightning.run.outcome import RUN_LOG_ONLY, error_summary, finish_wandb, interrupted
 from vfl_lightning.run.process import freeze_import_time_objects, prepare_process
 from vfl_lightning.run.ray_session import attach_ray_parties, start_ray, stop_ray
 from vfl_lightning.run.results import (
@@ -46,6 +47,7 @@ def train(cfg: DictConfig) -> dict:
     try:
         check_output_dir(output_dir)
         check_run_config(cfg)
+        check_config(cfg)
         check_runtime(cfg)
         prepare_process(cfg)
         config = protocol_config(cfg)
@@ -79,7 +81,7 @@ def train(cfg: DictConfig) -> dict:
         results["status"] = "interrupted" if interrupted(error) else "failed"
         results |= progress_results(module, trainer)
         results["error"] = error_summary(error)
-        log.error("run %s: %s", results["status"], results["error"])
+        log.error("run %s: %s", results["status"], results["error"], extra=RUN_LOG_ONLY)
         raise
     finally:
         if module is not None:

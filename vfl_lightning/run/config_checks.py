@@ -1,0 +1,149 @@
+"""Refusals that need only the composed config (accelerator, precision, optimizer, validation split,
+data parallelism): one ConfigError each, before anything is built or any process is started."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from hydra.utils import get_class
+from omegaconf import DictConfig
+
+from vfl_lightning.errors import ConfigError
+from vfl_lightning.parallel import FederationDDPStrategy
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+SINGLE_PROCESS_STRATEGIES = (None, "auto", "single_device")
+DATA_PARALLEL_FAMILY = "splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd"
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every check of this module, in the order a user would fix them."""
+    algo = get_class(cfg.algo._target_)
+    check_accelerator(cfg.trainer.get("accelerator", "auto"))
+    algo.check_precision(cfg.trainer.get("precision", "32-true"))
+    check_optimizer(cfg.optimizer)
+    check_validation_split(cfg)
+    check_data_parallel(cfg, algo)
+
+
+def check_accelerator(accelerator) -> None:
+    """``trainer.accelerator``: a known name, and a device this machine has."""
+    if not isinstance(accelerator, str):
+        return
+    if accelerator not in ACCELERATORS:
+        raise ConfigError(f"trainer.accelerator must be one of {ACCELERATORS}, got {accelerator!r}")
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} needs a CUDA GPU, but torch sees none (torch "
+            f"{torch.__version__}, {build}): use trainer.accelerator=cpu or auto"
+        )
+    if accelerator == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(
+            "trainer.accelerator=mps needs Apple's Metal backend, which this machine does not "
+            "have: use trainer.accelerator=cpu or auto"
+        )
+
+
+def _number_at_least(value, low: float) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and value >= low
+    )
+
+
+def check_optimizer(optimizer: DictConfig) -> None:
+    """The optimizer's ``lr``, ``momentum``, ``weight_decay``, ``eps`` (finite numbers >= 0) and
+    Adam's ``betas`` (two numbers in [0, 1)), before torch builds it."""
+    for key in ("lr", "momentum", "weight_decay", "eps"):
+        value = optimizer.get(key)
+        if key in optimizer and not _number_at_least(value, 0.0):
+            raise ConfigError(f"optimizer.{key} must be a finite number >= 0, got {value!r}")
+    betas = optimizer.get("betas")
+    pair = list(betas) if isinstance(betas, Sequence) and not isinstance(betas, str) else None
+    if betas is not None and (
+        pair is None or len(pair) != 2 or not all(_number_at_least(b, 0.0) and b < 1 for b in pair)
+    ):
+        raise ConfigError(f"optimizer.betas must be two numbers in [0, 1), got {pair or betas!r}")
+    if optimizer.get("nesterov") and not (
+        _number_at_least(optimizer.get("momentum"), 0.0)
+        and optimizer.get("momentum") > 0
+        and not optimizer.get("dampening")
+    ):
+        raise ConfigError(
+            "optimizer.nesterov=true needs optimizer.momentum > 0 and optimizer.dampening=0, got "
+            f"momentum={optimizer.get('momentum')!r}, dampening={optimizer.get('dampening', 0)!r}"
+        )
+
+
+def check_validation_split(cfg: DictConfig) -> None:
+    """Refuse ``data.val_fraction=0`` when a validation metric is asked for: the sweepers'
+    ``optimized_metric`` or a ``target`` with a value (otherwise silently missing)."""
+    fraction = cfg.data.get("val_fraction")
+    if fraction is None or isinstance(fraction, bool) or fraction != 0:
+        return
+    needs = []
+    metric = cfg.get("optimized_metric")
+    if metric and str(metric).startswith("val/"):
+        needs.append(f"optimized_metric={metric}")
+    target = cfg.get("target") or {}
+    if target.get("value") is not None and str(target.get("metric", "")).startswith("val/"):
+        needs.append(f"target.metric={target.metric}")
+    if needs:
+        raise ConfigError(
+            f"data.val_fraction=0 leaves no validation split, but {' and '.join(needs)} needs "
+            "one: set data.val_fraction in (0, 1), or optimized_metric=null (and target.value="
+            "null) to train without validation"
+        )
+
+
+def requested_processes(trainer: DictConfig) -> int:
+    """How many processes ``trainer.devices`` x ``trainer.num_nodes`` asks Lightning for."""
+    devices = trainer.get("devices", "auto")
+    if isinstance(devices, str):
+        text = devices.strip()
+        if "," in text:
+            devices = [d for d in text.split(",") if d.strip()]
+        elif text.lstrip("-").isdigit():
+            devices = int(text)
+    if isinstance(devices, bool):
+        count = 1
+    elif isinstance(devices, int):
+        gpu = str(trainer.get("accelerator")) in ("gpu", "cuda")
+        count = (torch.cuda.device_count() if gpu else 1) if devices == -1 else devices
+    elif isinstance(devices, str):
+        count = 1
+    else:
+        count = len(devices)
+    nodes = trainer.get("num_nodes", 1)
+    return max(count, 1) * (nodes if isinstance(nodes, int) and nodes > 1 else 1)
+
+
+def check_data_parallel(cfg: DictConfig, algo: type) -> None:
+    """A multi-process trainer is refused here, before Lightning launches a second process, for
+    a protocol that cannot split its batches over ranks, and for any strategy but ``trainer=ddp``
+    (another one would not reduce the party gradients)."""
+    strategy = cfg.trainer.get("strategy")
+    named = strategy.get("_target_") if hasattr(strategy, "get") else strategy
+    processes = requested_processes(cfg.trainer)
+    if processes == 1 and named in SINGLE_PROCESS_STRATEGIES:
+        return
+    short = str(named).rsplit(".", 1)[-1]
+    if not getattr(algo, "DATA_PARALLEL", False):
+        raise ConfigError(
+            f"algo={cfg.algo.get('name')} cannot run data-parallel (trainer.devices x "
+            f"trainer.num_nodes = {processes} processes, strategy {short}): its protocol state is "
+            f"not a function of each batch's rows; trainer=ddp runs only {DATA_PARALLEL_FAMILY}. "
+            "Use trainer=default (trainer.devices=1, no DDP strategy)"
+        )
+    federation = isinstance(named, str) and "." in named
+    if not (federation and issubclass(get_class(named), FederationDDPStrategy)):
+        raise ConfigError(
+            f"trainer.strategy={short} with trainer.devices x trainer.num_nodes = {processes} "
+            "processes would not reduce the party gradients (their backward bypasses "
+            "DistributedDataParallel): use trainer=ddp, or trainer.devices=1"
+        )
