@@ -9,6 +9,7 @@ relays :class:`SignedPublicKey` records; it cannot substitute a key without a pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -89,14 +90,13 @@ def _create_identity_file(path: Path) -> None:
     )
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".identity-")
     try:
-        os.fchmod(handle, 0o600)
-        os.write(handle, pem)
-        os.fsync(handle)
-        os.close(handle)
-        try:
+        with os.fdopen(handle, "wb") as stream:
+            os.fchmod(stream.fileno(), 0o600)
+            stream.write(pem)
+            stream.flush()
+            os.fsync(stream.fileno())
+        with contextlib.suppress(FileExistsError):
             os.link(temporary, path)
-        except FileExistsError:
-            pass
     finally:
         os.unlink(temporary)
 
@@ -153,7 +153,9 @@ def signed_message(run_id: str, party: int, public_key: bytes) -> bytes:
     """The bytes a party signs: a domain tag, the run id (length-prefixed), the party index and
     the X25519 public key. A signature is valid for that run and that index only."""
     run = run_id.encode()
-    return SIGNED_KEY_TAG + struct.pack(">I", len(run)) + run + struct.pack(">I", party) + public_key
+    return (
+        SIGNED_KEY_TAG + struct.pack(">I", len(run)) + run + struct.pack(">I", party) + public_key
+    )
 
 
 def sign_public_key(
