@@ -118,6 +118,18 @@ def test_a_run_from_party_files_has_the_original_model_digest(digits_files, make
     assert from_files["data"] == "party_files"
 
 
+def test_fedvs_trains_on_segmented_batches_from_party_files(tmp_path, make_cfg):
+    from vfl_lightning.train import train
+
+    assert main(["experiment=fedvs_digits", "--out", str(tmp_path / "files")]) == 0
+    common = ["experiment=fedvs_digits", "trainer.max_epochs=1", "trainer.limit_train_batches=4"]
+    common += ["trainer.limit_val_batches=1", "test=false"]
+    original = train(make_cfg(*common))
+    segmented = "vfl_lightning.data.files_datamodule.SegmentedPartyFilesDataModule"
+    files = ["data=party_files", f"data.dir={tmp_path / 'files'}", f"data._target_={segmented}"]
+    assert train(make_cfg(*common, *files))["model_digest"] == original["model_digest"]
+
+
 # ----------------------------------------------------------------------------- bad inputs
 def one_line_error(call, *words: str) -> str:
     with pytest.raises(PartyFilesError) as error:
@@ -150,6 +162,28 @@ def test_a_wrong_manifest_is_named(digits_files, tmp_path):
         one_line_error(lambda: PartyFilesDataModule(dir=str(files)), words)
     manifest_path.write_text("{not json")
     one_line_error(lambda: read_server_file(files), "is not valid JSON")
+
+
+def test_a_setting_that_differs_from_the_export_is_named(digits_files, tmp_path):
+    one_line_error(
+        lambda: PartyFilesDataModule(dir=str(digits_files), num_parties=8, partition="quadrants"),
+        "data.num_parties=8, but the files in",
+        "exported with num_parties=4",
+    )
+    one_line_error(
+        lambda: PartyFilesDataModule(dir=str(digits_files), partition="strips"),
+        "exported with partition='quadrants'",
+    )
+    assert PartyFilesDataModule(dir=str(digits_files), num_parties=4, binary=False).num_parties == 4
+    files = copy_of(digits_files, tmp_path / "files")
+    manifest = json.loads((files / "manifest.json").read_text())
+    del manifest["export_settings"]
+    (files / "manifest.json").write_text(json.dumps(manifest))
+    one_line_error(
+        lambda: PartyFilesDataModule(dir=str(files), scaling="none"),
+        "records no scaling",
+        "~data.scaling",
+    )
 
 
 def test_a_tampered_file_is_refused_by_its_checksum(digits_files, tmp_path):

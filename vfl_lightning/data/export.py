@@ -11,7 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from vfl_lightning.data.party_files import STAGES, Manifest, PartyFilesError, write_party_files
+from vfl_lightning.data.party_files import (
+    CHECKED_SETTINGS,
+    STAGES,
+    Manifest,
+    PartyFilesError,
+    write_party_files,
+)
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -35,6 +41,7 @@ def export(overrides: list[str], out: Path, config_dir: Path = CONF_DIR) -> Mani
     """Build the data module of ``overrides`` and write its party files into ``out``."""
     import lightning as L
     from hydra.utils import instantiate
+    from omegaconf import OmegaConf
 
     from vfl_lightning.data.datamodule import VerticalDataModule
     from vfl_lightning.data.files_datamodule import PartyFilesDataModule
@@ -63,7 +70,16 @@ def export(overrides: list[str], out: Path, config_dir: Path = CONF_DIR) -> Mani
         labels={s: splits[s].y.numpy() for s in STAGES},
         party_features=party_features,
         server_features=server_features,
+        export_settings=export_settings(OmegaConf.to_container(cfg.data, resolve=True)),
     )
+
+
+def export_settings(data_config: dict) -> dict:
+    """What the manifest records of the data config: the dataset's name, the split's seed and
+    the settings a later run is checked against (:data:`CHECKED_SETTINGS`)."""
+    recorded = {key: data_config.get(key) for key in ("name", "seed")}
+    recorded |= {key: data_config[key] for key in CHECKED_SETTINGS if key in data_config}
+    return recorded
 
 
 def main(argv: list[str] | None = None) -> int:

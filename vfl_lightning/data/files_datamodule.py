@@ -19,15 +19,21 @@ from vfl_lightning.data.party_files import (
     STAGES,
     PartyFilesError,
     check_aligned,
+    check_settings,
     read_manifest,
     read_party_file,
     read_server_file,
 )
+from vfl_lightning.data.segments import SegmentedDataModule
 
 
 class PartyFilesDataModule(VerticalDataModule):
     """Splits and batches from the files in ``dir``; loaders, samplers and the batch order (a
-    function of ``seed`` and the epoch) are the VerticalDataModule's."""
+    function of ``seed`` and the epoch) are the VerticalDataModule's.
+
+    The dataset settings (``num_parties``, ``partition``, ...) were fixed at export; one that a
+    config sets anyway (an experiment does) must equal the value the manifest recorded.
+    """
 
     def __init__(
         self,
@@ -38,6 +44,15 @@ class PartyFilesDataModule(VerticalDataModule):
         seed: int = 0,
         drop_last: bool = False,
         party_columns: bool = True,
+        num_parties: int | None = None,
+        partition: str | None = None,
+        columns: list | None = None,
+        val_fraction: float | None = None,
+        test_fraction: float | None = None,
+        scaling: str | None = None,
+        options: dict | None = None,
+        active_party: bool | None = None,
+        binary: bool | None = None,
     ) -> None:
         L.LightningDataModule.__init__(self)
         for label, size in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
@@ -55,11 +70,23 @@ class PartyFilesDataModule(VerticalDataModule):
         self.seed = seed
         self.drop_last = drop_last
         self.party_columns = bool(party_columns)
+        self.settings = {
+            "num_parties": num_parties,
+            "partition": partition,
+            "columns": columns,
+            "val_fraction": val_fraction,
+            "test_fraction": test_fraction,
+            "scaling": scaling,
+            "options": options,
+            "active_party": active_party,
+            "binary": binary,
+        }
         self.splits: dict[str, PartyTensors] = {}
         self.prepare()
 
     def prepare(self) -> None:
         manifest = read_manifest(self.dir)
+        check_settings(manifest, self.dir, self.settings)
         server = read_server_file(self.dir)
         self.raw_name = manifest.dataset
         self.num_classes = manifest.num_classes
@@ -90,3 +117,9 @@ class PartyFilesDataModule(VerticalDataModule):
     def server_shape(self) -> tuple[int, ...] | None:
         """Input shape of the label holder's own slice, or ``None`` when it holds no features."""
         return self._server_shape
+
+
+class SegmentedPartyFilesDataModule(SegmentedDataModule, PartyFilesDataModule):
+    """FedVS's segmented training batches (:class:`SegmentedDataModule`) from party files: the
+    FedVS algo configs set ``data._target_``, so select this one with
+    ``data._target_=vfl_lightning.data.files_datamodule.SegmentedPartyFilesDataModule``."""

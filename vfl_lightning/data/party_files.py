@@ -28,6 +28,19 @@ FORMAT = "vfl_lightning party files"
 VERSION = 1
 MANIFEST = "manifest.json"
 SERVER_FILE = "server.npz"
+CHECKED_SETTINGS = (
+    "num_parties",
+    "partition",
+    "columns",
+    "val_fraction",
+    "test_fraction",
+    "scaling",
+    "options",
+    "active_party",
+    "binary",
+)
+"""Data settings that decide the files' content: the manifest records them at export, and a run
+that sets one (an experiment config does) must set the recorded value."""
 
 
 class PartyFilesError(ValueError):
@@ -49,6 +62,7 @@ class Manifest:
     num_classes: int
     split_sizes: dict[str, int]
     checksums: dict[str, str]
+    export_settings: dict
 
     def as_json(self) -> dict:
         return {
@@ -61,6 +75,7 @@ class Manifest:
             "num_classes": self.num_classes,
             "split_sizes": dict(self.split_sizes),
             "checksums": dict(self.checksums),
+            "export_settings": dict(self.export_settings),
         }
 
 
@@ -101,9 +116,11 @@ def write_party_files(
     labels: dict[str, np.ndarray],
     party_features: list[dict[str, np.ndarray]],
     server_features: dict[str, np.ndarray] | None = None,
+    export_settings: dict | None = None,
 ) -> Manifest:
     """Write ``party_<m>.npz`` for every entry of ``party_features``, ``server.npz`` and the
-    manifest into ``out`` (which must not exist yet, or be empty)."""
+    manifest into ``out`` (which must not exist yet, or be empty). ``export_settings`` (the data
+    config that made the files) goes into the manifest, for the reader to check a run against."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise PartyFilesError(f"--out {out} exists and is not an empty directory; choose a new one")
@@ -131,6 +148,7 @@ def write_party_files(
         num_classes=int(num_classes),
         split_sizes={s: len(stage_ids[s]) for s in STAGES},
         checksums={name: sha256_file(out / name) for name in names},
+        export_settings=dict(export_settings or {}),
     )
     (out / MANIFEST).write_text(json.dumps(manifest.as_json(), indent=2) + "\n")
     return manifest
@@ -174,6 +192,7 @@ def read_manifest(directory: str | Path) -> Manifest:
             num_classes=int(raw["num_classes"]),
             split_sizes={s: int(raw["split_sizes"][s]) for s in STAGES},
             checksums={str(k): str(v) for k, v in raw["checksums"].items()},
+            export_settings=dict(raw.get("export_settings") or {}),
         )
     except (KeyError, TypeError, ValueError) as error:
         raise PartyFilesError(f"{path} lacks or garbles the entry {error}") from error
@@ -188,6 +207,24 @@ def read_manifest(directory: str | Path) -> Manifest:
             f"{path}: checksums must list exactly {sorted(expected)}, got {sorted(manifest.checksums)}"
         )
     return manifest
+
+
+def check_settings(manifest: Manifest, directory: Path, settings: dict) -> None:
+    """Every setting a run gives (not ``None``) must equal the one recorded at export."""
+    recorded = manifest.export_settings
+    for key, value in settings.items():
+        if value is None:
+            continue
+        if key not in recorded:
+            raise PartyFilesError(
+                f"data.{key}={value!r} cannot be checked: {directory / MANIFEST} records no "
+                f"{key} (export_settings); drop the override with ~data.{key}"
+            )
+        if value != recorded[key]:
+            raise PartyFilesError(
+                f"data.{key}={value!r}, but the files in {directory} were exported with "
+                f"{key}={recorded[key]!r}; export again with data.{key}={value!r} or drop it"
+            )
 
 
 def _load_checked(directory: Path, name: str, manifest: Manifest) -> dict[str, np.ndarray]:
