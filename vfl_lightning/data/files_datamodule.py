@@ -1,10 +1,11 @@
 """PartyFilesDataModule (``data=party_files data.dir=DIR``): the VerticalDataModule's batches, read
-from exported party files; with ``party_columns=false`` the label holder's ids and labels only.
+from exported party files; with ``party_columns=False`` the label holder's ids and labels only.
 
-``party_columns=true`` (the local simulation) reads every file and yields ``(xs, y, idx)`` exactly
-as the data module the files were exported from. ``party_columns=false`` reads ``server.npz``
-alone: a batch is ``(xs, y, idx)`` with ``xs`` empty (or only the label holder's own slice when it
-holds features), so no party's column ever exists in this process.
+``party_columns=True`` (the local simulation) reads every file and yields ``(xs, y, idx)`` exactly
+as the data module the files were exported from. ``party_columns=False`` (chosen by the runtime
+whose parties read their own files, not by the data config) reads ``server.npz`` alone: a batch
+is ``(xs, y, idx)`` with ``xs`` empty (or only the label holder's own slice when it holds
+features), so no party's column ever exists in this process.
 """
 
 from __future__ import annotations
