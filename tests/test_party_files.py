@@ -144,6 +144,8 @@ def one_line_error(call, *words: str) -> str:
 def test_a_missing_dir_or_manifest_is_named(tmp_path):
     one_line_error(lambda: PartyFilesDataModule(dir=str(tmp_path / "nowhere")), "nowhere", "export")
     one_line_error(lambda: read_party_file(tmp_path, 0), "manifest.json is missing")
+    one_line_error(lambda: PartyFilesDataModule(dir=None), "needs data.dir=DIR")
+    one_line_error(lambda: PartyFilesDataModule(dir=str(tmp_path), batch_size=0), "got 0")
 
 
 def test_a_wrong_manifest_is_named(digits_files, tmp_path):

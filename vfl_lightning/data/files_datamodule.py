@@ -59,7 +59,7 @@ class PartyFilesDataModule(VerticalDataModule):
         for label, size in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
             if not isinstance(size, int) or size < 1:
                 raise PartyFilesError(f"data.{label} must be an integer >= 1, got {size!r}")
-        if dir is None or str(dir) in ("", "???"):
+        if dir is None or str(dir) == "":
             raise PartyFilesError(
                 "data=party_files needs data.dir=DIR, a directory written by "
                 "python -m vfl_lightning.data.export <overrides> --out DIR"
