@@ -45,7 +45,7 @@ LAYERS = (
     ("algorithms",),
     ("runtime",),
     ("run", "search"),
-    ("train", "cli"),
+    ("train", "cli", "data.export"),  # entry points (data.export: python -m vfl_lightning.data.export)
     ("report",),
 )
 """Layer by layer, bottom up: a module may import its own layer and those below it."""
