@@ -111,7 +111,7 @@ class FeatureReconstructor:
         idx = view.idx.cpu()
         if self.received is None:
             self.received = torch.zeros(self.seen.shape[0], view.received.shape[1])
-        self.received[idx] = view.received.cpu()
+        self.received[idx] = view.received.cpu().to(self.received.dtype)
         self.labels[idx] = view.labels.cpu()
         self.seen[idx] = True
         self.separate = view.separate
