@@ -21,7 +21,9 @@ def test_auc_is_the_mann_whitney_statistic_with_ties():
     scores = torch.randint(0, 5, (300,), generator=gen).float()
     labels = torch.randint(0, 2, (300,), generator=gen)
     assert roc_auc(scores, labels) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
-    assert leak_auc(-scores, labels) == pytest.approx(max(roc_auc(scores, labels), 1 - roc_auc(scores, labels)))
+    assert leak_auc(-scores, labels) == pytest.approx(
+        max(roc_auc(scores, labels), 1 - roc_auc(scores, labels))
+    )
     with pytest.raises(ValueError, match=r"AUC needs both classes, got 0 positive and 3 negative"):
         roc_auc(torch.ones(3), torch.zeros(3))
 
@@ -31,9 +33,12 @@ def test_dcs_is_vflair_formula():
         attack_performance=0.9, attack_baseline=0.5, main_performance=0.8, main_reference=0.9
     )
     assert value == pytest.approx(1 / (1 + math.sqrt(0.5 * 0.4**2 + 0.5 * 0.1**2)))
-    assert defense_capability_score(
-        attack_performance=0.5, attack_baseline=0.5, main_performance=0.9, main_reference=0.9
-    ) == 1.0
+    assert (
+        defense_capability_score(
+            attack_performance=0.5, attack_baseline=0.5, main_performance=0.9, main_reference=0.9
+        )
+        == 1.0
+    )
     with pytest.raises(ValueError, match=r"DCS beta must be in \[0, 1\], got 2"):
         defense_capability_score(
             attack_performance=0, attack_baseline=0, main_performance=0, main_reference=0, beta=2

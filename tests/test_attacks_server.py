@@ -82,7 +82,10 @@ def test_split_learning_leaks_the_target_party_features(make_cfg):
 
 def test_a_constant_party_model_leaks_nothing(make_cfg):
     results = _reconstruct(
-        make_cfg, "algo=splitnn", "trainer.max_epochs=1", "party._target_=" + __name__ + ".ConstantParty"
+        make_cfg,
+        "algo=splitnn",
+        "trainer.max_epochs=1",
+        "party._target_=" + __name__ + ".ConstantParty",
     )
     assert 0.95 <= results["attack/feature_reconstruction/rel_mse"] <= 1.1
 
@@ -145,7 +148,11 @@ def test_pbm_reconstruction_worsens_as_beta_falls(make_cfg):
     for beta in (0.25, 0.15, 0.05):
         runs = [
             _reconstruct(
-                make_cfg, "algo=pbm", f"mechanism.beta={beta}", f"seed={seed}", "trainer.max_epochs=3"
+                make_cfg,
+                "algo=pbm",
+                f"mechanism.beta={beta}",
+                f"seed={seed}",
+                "trainer.max_epochs=3",
             )
             for seed in (0, 1)
         ]

@@ -25,7 +25,10 @@ def test_gradient_noise_has_the_scale_it_names(distribution, variance):
     generator = torch.Generator().manual_seed(0)
     n, scale = 200_000, 0.3
     noisy = add_gradient_noise(
-        torch.ones(n, dtype=torch.float64), scale=scale, distribution=distribution, generator=generator
+        torch.ones(n, dtype=torch.float64),
+        scale=scale,
+        distribution=distribution,
+        generator=generator,
     )
     noise = noisy - 1.0
     sd_mean = scale * math.sqrt(variance / n)

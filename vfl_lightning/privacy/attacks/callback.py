@@ -84,7 +84,9 @@ class LabelInferenceAttack(WireAttack):
             self._eavesdropper_generator = generator
         client = infer_labels(observation)
         eavesdropper = infer_labels(observation, knows_perturbation=False, generator=generator)
-        self._pending.append(((client == labels).sum(), (eavesdropper == labels).sum(), len(labels)))
+        self._pending.append(
+            ((client == labels).sum(), (eavesdropper == labels).sum(), len(labels))
+        )
 
     def _collect(self) -> None:
         for client, eavesdropper, size in self._pending:

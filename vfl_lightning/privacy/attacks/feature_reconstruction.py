@@ -62,9 +62,7 @@ def decode(received: torch.Tensor, degree: int, weights: torch.Tensor) -> torch.
     return decoder_inputs(received, degree) @ weights
 
 
-def class_means(
-    labels: torch.Tensor, features: torch.Tensor, num_classes: int
-) -> torch.Tensor:
+def class_means(labels: torch.Tensor, features: torch.Tensor, num_classes: int) -> torch.Tensor:
     """Mean auxiliary features of each class (the auxiliary mean for a class with no row): the
     labels-only baseline a server holding the labels has without any message."""
     flat = features.reshape(features.shape[0], -1).to(torch.float64)
@@ -81,9 +79,7 @@ def relative_mse(prediction: torch.Tensor, truth: torch.Tensor, aux_mean: torch.
     return float((prediction - truth).pow(2).mean() / reference.clamp_min(1e-12))
 
 
-def r2_per_feature(
-    prediction: torch.Tensor, truth: torch.Tensor
-) -> list[float | None]:
+def r2_per_feature(prediction: torch.Tensor, truth: torch.Tensor) -> list[float | None]:
     """Coefficient of determination of each feature on the evaluated rows (None: a constant
     feature, whose R² is undefined)."""
     truth = truth.reshape(truth.shape[0], -1).to(torch.float64)

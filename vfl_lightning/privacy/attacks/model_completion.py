@@ -12,9 +12,7 @@ HEAD_LR = 0.05
 HEAD_WEIGHT_DECAY = 1e-3
 
 
-def labelled_rows(
-    labels: torch.Tensor, per_class: int, generator: torch.Generator
-) -> torch.Tensor:
+def labelled_rows(labels: torch.Tensor, per_class: int, generator: torch.Generator) -> torch.Tensor:
     """``per_class`` random row indices of every class in ``labels`` (all of a smaller class)."""
     rows = []
     for c in labels.unique().tolist():

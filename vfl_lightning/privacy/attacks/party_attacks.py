@@ -10,13 +10,13 @@ import torch
 
 from vfl_lightning.privacy.attacks.harness import WireAttack
 from vfl_lightning.privacy.attacks.label_scoring import GradientScorer
-from vfl_lightning.privacy.attacks.scores import leak_auc
 from vfl_lightning.privacy.attacks.model_completion import (
     complete_model,
     frozen_embeddings,
     labelled_rows,
     predict,
 )
+from vfl_lightning.privacy.attacks.scores import leak_auc
 from vfl_lightning.privacy.attacks.views import party_view
 
 
@@ -33,7 +33,9 @@ class PartyAttack(WireAttack):
 
     def check(self, pl_module, datamodule) -> None:
         if self.party >= pl_module.num_parties:
-            self.refuse(f"attack.party must be in [0, {pl_module.num_parties - 1}], got {self.party}")
+            self.refuse(
+                f"attack.party must be in [0, {pl_module.num_parties - 1}], got {self.party}"
+            )
 
     def config(self) -> dict:
         return super().config() | {"party": self.party}

@@ -100,7 +100,10 @@ class GradientNoise(GradientDefense):
 
     def filter(self, party: int, gradient: torch.Tensor) -> torch.Tensor:
         noisy = add_gradient_noise(
-            gradient.cpu(), scale=self.scale, distribution=self.distribution, generator=self.generator
+            gradient.cpu(),
+            scale=self.scale,
+            distribution=self.distribution,
+            generator=self.generator,
         )
         return noisy.to(gradient.device)
 

@@ -27,7 +27,9 @@ def add_gradient_noise(
         centred = uniform - 0.5
         noise = -centred.sign() * torch.log1p(-2.0 * centred.abs()).clamp_min(-1e30)
     else:
-        raise ValueError(f"noise distribution must be one of {NOISE_DISTRIBUTIONS}, got {distribution!r}")
+        raise ValueError(
+            f"noise distribution must be one of {NOISE_DISTRIBUTIONS}, got {distribution!r}"
+        )
     return gradient + scale * noise
 
 
