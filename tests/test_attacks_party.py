@@ -8,8 +8,9 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from vfl_lightning.errors import ConfigError
+from vfl_lightning.privacy.analysis.dcs import defense_capability_score
 from vfl_lightning.privacy.attacks.label_scoring import direction_scores, norm_scores
-from vfl_lightning.privacy.attacks.scores import defense_capability_score, leak_auc, roc_auc
+from vfl_lightning.privacy.attacks.scores import leak_auc, roc_auc
 from vfl_lightning.train import train
 
 SHORT = ["trainer.limit_val_batches=1", "callbacks.checkpoint=null"]

@@ -9,7 +9,7 @@ import lightning as L
 import torch
 
 from vfl_lightning.errors import ConfigError
-from vfl_lightning.privacy.attacks.scores import defense_capability_score
+from vfl_lightning.privacy.analysis.dcs import defense_capability_score
 from vfl_lightning.privacy.attacks.views import ROLES, BatchRecorder
 
 
@@ -20,8 +20,8 @@ class WireAttack(L.Callback, ABC):
     wire, keeps the true training labels (taken at setup, before a label defense perturbs the
     training labels) and the declared auxiliary knowledge. The adversary only ever receives its
     role's view (:mod:`~vfl_lightning.privacy.attacks.views`) and that auxiliary knowledge.
-    Results: ``attack/<name>/<metric>``, ``attack/<name>/config`` (role and assumptions) and
-    ``attack/<name>/dcs`` (see :meth:`dcs`). Subclasses set ``name``, ``role``, ``assumptions``,
+    Results: ``attack/<name>/<metric>``, ``attack/<name>/config`` (role and assumptions),
+    ``attack/<name>/baseline`` (AP*) and ``attack/<name>/dcs`` (see :meth:`dcs`). Subclasses set ``name``, ``role``, ``assumptions``,
     ``attack_baseline`` (AP*, the no-information value of ``performance``) and implement
     :meth:`check`, :meth:`observe_batch` and :meth:`evaluate`.
     """
@@ -130,5 +130,6 @@ class WireAttack(L.Callback, ABC):
             f"{prefix}/{key}": value for key, value in self.metrics.items() if key != "num_classes"
         }
         out[f"{prefix}/config"] = self.config()
+        out[f"{prefix}/baseline"] = self.attack_baseline(num_classes)
         out[f"{prefix}/dcs"] = self.dcs(num_classes)
         return out

@@ -1,32 +1,9 @@
-"""Scores of an attack against the main task: VFLAIR's defense capability score (DCS) and the
-leak AUC of a label-scoring attack. Plain torch."""
+"""Scores of a label-scoring attack: ROC AUC and leak AUC. Plain torch (the DCS is in
+``privacy.analysis.dcs``, where reports can reach it)."""
 
 from __future__ import annotations
 
-import math
-
 import torch
-
-DCS_BETA = 0.5
-"""VFLAIR's weight of the main-task term in the DCS (β = 0.5: attack and utility weigh alike)."""
-
-
-def defense_capability_score(
-    *,
-    attack_performance: float,
-    attack_baseline: float,
-    main_performance: float,
-    main_reference: float,
-    beta: float = DCS_BETA,
-) -> float:
-    """DCS = 1 / (1 + sqrt((1−β)(AP−AP*)² + β(MP−MP*)²)) (VFLAIR): 1 when the attack does no
-    better than its no-information value AP* and the main task keeps MP* (the same protocol's
-    metric without defense); lower is a worse trade-off."""
-    if not 0.0 <= beta <= 1.0:
-        raise ValueError(f"DCS beta must be in [0, 1], got {beta}")
-    distance = (1.0 - beta) * (attack_performance - attack_baseline) ** 2
-    distance += beta * (main_performance - main_reference) ** 2
-    return 1.0 / (1.0 + math.sqrt(distance))
 
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
