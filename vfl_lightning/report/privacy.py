@@ -11,7 +11,7 @@ from vfl_lightning.privacy.analysis.dcs import DCS_BETA, defense_capability_scor
 from vfl_lightning.report import figures
 from vfl_lightning.report.aggregate import summarize
 from vfl_lightning.report.recipes import Context, Panel, Section, table
-from vfl_lightning.report.runs import Group, ReportError
+from vfl_lightning.report.runs import SYMBOLS, Group, ReportError
 
 METRICS = {
     "feature_reconstruction": ("rel_mse", "reconstruction relative MSE (1 = learns nothing)"),
@@ -22,6 +22,8 @@ METRICS = {
 }
 """Each attack's headline metric (``attack/<name>/<metric>``) and its axis label."""
 NOISY_ALGOS = ("pbm", "ldp")
+NOT_SETTINGS = ("attack", "defense", "trainer.", "callbacks.", "logger")
+"""Override keys that do not name a protocol setting (shown elsewhere, or plumbing)."""
 
 
 def attack_names(groups: Sequence[Group]) -> list[str]:
@@ -41,6 +43,16 @@ def attack_names(groups: Sequence[Group]) -> list[str]:
 def main_metric(group: Group) -> str:
     """``test/acc`` when the group's runs tested, else ``val/acc``."""
     return "test/acc" if summarize(group.values_of("test/acc")).count else "val/acc"
+
+
+def setting_of(group: Group) -> str:
+    """The algo and the protocol settings that tell its groups apart (``pbm β=0.05 b=4``)."""
+    shown = [
+        f"{SYMBOLS.get(key.rsplit('.', 1)[-1], key.rsplit('.', 1)[-1])}={value}"
+        for key, value in group.values.items()
+        if value is not None and not key.startswith(NOT_SETTINGS)
+    ]
+    return " ".join([group.algo, *shown])
 
 
 def defense_of(group: Group) -> str:
@@ -151,10 +163,12 @@ def attack_table(groups: Sequence[Group], name: str) -> str:
         if name == "feature_reconstruction":
             baseline = summarize(group.values_of(f"attack/{name}/label_baseline_rel_mse"))
             extra = [baseline.text(3), summarize(group.values_of("privacy/feature_eps")).text(1)]
+        if name == "model_completion":
+            extra = [summarize(group.values_of(f"attack/{name}/raw_features_acc")).text(3)]
         dcs = group_dcs(group, reference_group(group, groups), name)
         rows.append(
             [
-                group.algo,
+                setting_of(group),
                 defense_of(group),
                 len(group.runs),
                 summarize(group.values_of(main_metric(group))).text(3),
@@ -166,11 +180,24 @@ def attack_table(groups: Sequence[Group], name: str) -> str:
     header = ["group", "defense", "seeds", "main acc", key]
     if name == "feature_reconstruction":
         header += ["labels-only rel_mse", "feature ε"]
+    if name == "model_completion":
+        header += ["raw-features acc"]
     return f"**{name}**\n\n" + table([*header, "DCS"], rows)
 
 
+def relabelled(groups: Sequence[Group]) -> list[Group]:
+    """The groups labelled by protocol setting and defense (``pbm β=0.05 b=4``,
+    ``splitnn label_dp epsilon=0.5``): what the figures annotate."""
+    out = []
+    for group in groups:
+        defense = defense_of(group)
+        label = setting_of(group) + ("" if defense == "none" else f" {defense}")
+        out.append(Group(label, group.values, group.runs))
+    return out
+
+
 def privacy(ctx: Context) -> Section:
-    groups = ctx.groups
+    groups = relabelled(ctx.groups)
     names = attack_names(groups)
     if not names:
         raise ReportError(

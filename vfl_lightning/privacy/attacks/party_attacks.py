@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import torch
+from torch import nn
 
 from vfl_lightning.privacy.attacks.harness import WireAttack
 from vfl_lightning.privacy.attacks.label_scoring import GradientScorer
@@ -129,8 +130,10 @@ class DirectionScoringAttack(GradientScoringAttack):
 class ModelCompletionAttack(PartyAttack):
     """Passive model completion: party ``party`` fits a softmax head on its own frozen party
     model from ``labels_per_class`` labelled training samples per class; ``acc`` is its top-1
-    accuracy on the test split (``performance``; AP* = 1/classes). It reads no message: its
-    knowledge is its own trained model (local runtime: the party model lives in this process).
+    accuracy on the test split (``performance``; AP* = 1/classes). ``raw_features_acc`` is the
+    same head fitted on the party's raw features: what its own data give without the trained
+    model (the attack shows a leak where ``acc`` beats it). It reads no message: its knowledge
+    is its own trained model (local runtime: the party model lives in this process).
     """
 
     name = "model_completion"
@@ -172,8 +175,16 @@ class ModelCompletionAttack(PartyAttack):
         )
         guesses = predict(head, frozen_embeddings(party_model, test.xs[self.party].cpu()))
         acc = float((guesses == test.y.cpu()).double().mean())
+        flat = nn.Flatten()
+        raw_head = complete_model(
+            flat(train.xs[self.party][rows].cpu()).double(),
+            self.true_labels[rows],
+            pl_module.num_classes,
+        )
+        raw_guesses = predict(raw_head, flat(test.xs[self.party].cpu()).double())
         return {
             "acc": acc,
+            "raw_features_acc": float((raw_guesses == test.y.cpu()).double().mean()),
             "labelled_samples": len(rows),
             "performance": acc,
             "num_classes": pl_module.num_classes,
