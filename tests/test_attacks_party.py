@@ -2,6 +2,7 @@
 without label DP, passive model completion, the scores (AUC, DCS) and the refusals."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from sklearn.metrics import roc_auc_score
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.privacy.analysis.dcs import defense_capability_score
 from vfl_lightning.privacy.attacks.label_scoring import direction_scores, norm_scores
+from vfl_lightning.privacy.attacks.party_attacks import ModelCompletionAttack
 from vfl_lightning.privacy.attacks.scores import leak_auc, roc_auc
 from vfl_lightning.train import train
 
@@ -79,6 +81,15 @@ def test_model_completion_beats_chance_with_four_labels_per_class(make_cfg):
     )
     assert results["attack/model_completion/labelled_samples"] == 40
     assert results["attack/model_completion/acc"] >= 0.3  # chance: 0.1 (one quadrant of digits)
+
+
+def test_model_completion_refuses_a_party_model_in_another_process():
+    attack = ModelCompletionAttack()
+    actors_only = SimpleNamespace(num_parties=2, parties=[], name="npq")
+    with pytest.raises(
+        ConfigError, match=r"^attack=model_completion \(party role\): the party model"
+    ):
+        attack.check(actors_only, SimpleNamespace(splits={}))
 
 
 @pytest.mark.parametrize(
