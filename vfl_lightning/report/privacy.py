@@ -102,15 +102,14 @@ def group_dcs(group: Group, reference: Group | None, name: str) -> float:
 
 
 def frontier(groups: Sequence[Group], name: str, title: str):
-    """Attack metric against main-task accuracy: one series per protocol, filled markers
-    without defense, open ones with a defense (labelled by it)."""
+    """Attack metric against main-task accuracy: one series (color) per protocol, each point
+    annotated with its protocol setting and defense."""
     key, ylabel = METRICS.get(name, ("performance", f"{name} performance"))
     attacked = [g for g in groups if summarize(g.values_of(f"attack/{name}/{key}")).count]
     series: dict[str, list] = {}
     for group in attacked:
-        style = "filled" if defense_of(group) == "none" else "open"
         series.setdefault(group.algo, []).append(
-            (group, main_metric(group), f"attack/{name}/{key}", style)
+            (group, main_metric(group), f"attack/{name}/{key}", "filled")
         )
     if not series:
         return None
@@ -207,7 +206,7 @@ def privacy(ctx: Context) -> Section:
     section = Section(
         "Attacks and defenses",
         "Each attack's performance against the main task's accuracy (mean ± std over seeds; "
-        "filled: no defense, open: with a defense), the reconstruction error against the "
+        "one color per protocol, each point annotated with its setting and defense), the reconstruction error against the "
         "formal feature ε for PBM and LDP, and one table per attack. DCS is VFLAIR's defense "
         f"capability score (β = {DCS_BETA}) against the same protocol without defense; "
         "docs/attacks.md defines every metric.",
