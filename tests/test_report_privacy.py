@@ -51,8 +51,8 @@ def test_privacy_report_tables_and_figures(sweeps, tmp_path):
     }
     assert {
         "privacy.md",
-        "privacy_privacy_frontier_feature_reconstruction.png",
-        "privacy_privacy_reconstruction_vs_eps.png",
+        "privacy_frontier_feature_reconstruction.png",
+        "privacy_reconstruction_vs_eps.png",
     } <= files
     page = (out / "privacy.md").read_text()
     rows = {

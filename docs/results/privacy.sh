@@ -10,9 +10,9 @@ PYTHON=${PYTHON:-python}
 export OMP_NUM_THREADS=1 WANDB_MODE=disabled
 COMMON=(logger=none callbacks.checkpoint=null trainer.enable_progress_bar=false)
 if [[ "${QUICK:-0}" == 1 ]]; then SCALE=(trainer.limit_train_batches=3); else SCALE=(); fi
-NOTE="Reduced sweep, sized for a shared 2-core CPU: short training (10 epochs, 5 on mnist_small), \
-2 seeds; every number below is from these runs. \`bash docs/results/privacy.sh\` repeats them. \
-Metrics and assumptions: docs/attacks.md."
+NOTE="Reduced sweep, sized for a shared 2-core CPU: short training (10 epochs, 5 on \
+mnist_small), 2 seeds (1 on mnist_small); every number below is from these runs. \
+\`bash docs/results/privacy.sh\` repeats them. Metrics and assumptions: docs/attacks.md."
 DEFENSES=(
   "defense=gradient_noise defense.scale=0.01,0.1"
   "defense=gradient_sparsification defense.keep_fraction=0.1,0.01"

@@ -213,7 +213,7 @@ def privacy(ctx: Context) -> Section:
     )
     for name in names:
         section.add_figure(
-            f"privacy_frontier_{name}",
+            f"frontier_{name}",
             frontier(groups, name, ctx.title),
             f"{name}: attack performance against main-task accuracy",
         )
@@ -221,7 +221,7 @@ def privacy(ctx: Context) -> Section:
         key = METRICS.get(name, ("performance",))[0]
         section.panels.append(Panel("bar", f"{name} ({key})", [f"attack/{name}/{key}"]))
     section.add_figure(
-        "privacy_reconstruction_vs_eps",
+        "reconstruction_vs_eps",
         epsilon_figure(groups, ctx.title),
         "feature reconstruction relative MSE against formal feature ε (PBM, LDP)",
     )
