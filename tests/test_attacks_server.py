@@ -91,11 +91,12 @@ def test_a_constant_party_model_leaks_nothing(make_cfg):
 
 
 def test_the_adversary_sees_only_the_server_view(make_cfg, monkeypatch):
-    seen = []
+    seen, adversaries = [], set()
     observe = FeatureReconstructor.observe
 
     def spy(self, view):
         seen.append(view)
+        adversaries.add(self)
         return observe(self, view)
 
     monkeypatch.setattr(FeatureReconstructor, "observe", spy)
@@ -108,6 +109,10 @@ def test_the_adversary_sees_only_the_server_view(make_cfg, monkeypatch):
             isinstance(getattr(view, field), torch.Tensor | bool)
             for field in ("idx", "labels", "received", "separate")
         )
+    (adversary,) = adversaries
+    held = vars(adversary).values()
+    assert all(isinstance(value, torch.Tensor | bool | int) for value in held)
+    assert not any(isinstance(value, nn.Module) for value in held)
 
 
 def test_the_attack_does_not_change_training(make_cfg):
