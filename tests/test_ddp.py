@@ -179,7 +179,7 @@ def test_two_ranks_train_the_one_process_model(make_cfg, protocol):
     ((single, single_metrics),) = _fit_in_threads(make_cfg, 1, *overrides)
     assert "val/acc" in single_metrics
     assert "privacy/sample_eps" in single_metrics or "pbm" not in protocol[0]
-    assert single_metrics.get("attack/observed_samples", 270) == 270
+    assert single_metrics.get("attack/label_inference/observed_samples", 270) == 270
     for module, metrics in _fit_in_threads(make_cfg, 2, *overrides):
         assert metrics.keys() == single_metrics.keys()
         for key, value in single_metrics.items():

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from vfl_lightning.report import figures
+from vfl_lightning.report.privacy import privacy
 from vfl_lightning.report.recipes import (
     BUILDERS,
     TITLES,
@@ -32,6 +33,9 @@ from vfl_lightning.report.runs import (
     sweep_commands,
     varying_keys,
 )
+
+BUILDERS.setdefault("privacy", privacy)
+TITLES.setdefault("privacy", "Attacks and defenses")
 
 
 def machine() -> str:

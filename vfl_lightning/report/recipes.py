@@ -35,8 +35,8 @@ SCHEDULES = {
     "fedpbcd": "FedPBCD-p",
 }
 ATTACKS = {
-    "attack/label_inference_acc": "curious client",
-    "attack/eavesdropper_acc": "eavesdropper",
+    "attack/label_inference/acc": "curious client",
+    "attack/label_inference/eavesdropper_acc": "eavesdropper",
 }
 
 
@@ -425,8 +425,8 @@ def cascade(ctx: Context) -> Section:
         "test accuracy (%).",
     )
     ranked = ordered(ctx.groups, "cascade")
-    attacked = relabel([g for g in ranked if has(g.runs, "attack/label_inference_acc")])
-    groups = relabel([g for g in ranked if not has(g.runs, "attack/label_inference_acc")])
+    attacked = relabel([g for g in ranked if has(g.runs, "attack/label_inference/acc")])
+    groups = relabel([g for g in ranked if not has(g.runs, "attack/label_inference/acc")])
     prefix = final_prefix(ctx.runs)
     section.add_figure(
         "cascade_acc_vs_epoch",
