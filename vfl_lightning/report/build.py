@@ -103,9 +103,11 @@ def make_report(
     from vfl_lightning.report.wandb_report import (
         build_report,
         has_credentials,
+        logged_groups,
         offline_spec,
         parse_target,
         save_online,
+        sync_command,
     )
 
     if x not in X_AXES:
@@ -116,6 +118,7 @@ def make_report(
         )
     target = parse_target(wandb) if wandb else None
     runs = load_runs(directories, progress=progress)
+    wandb_groups = logged_groups(runs, *target) if target else []
     columns = {key for run in runs for row in run.curve for key in row}
     for axis, key in (("--x", X_AXES[x]), ("--y", y)):
         if key not in columns:
@@ -154,7 +157,7 @@ def make_report(
             description=description,
             commands=commands,
             sections=sections,
-            groups=sorted({run.wandb_group for run in runs}),
+            groups=wandb_groups,
             group_by=wandb_group_by(runs),
             x=X_AXES[x],
             y=y,
@@ -209,10 +212,12 @@ def make_report(
         if url:
             print(f"W&B report: {url}")
         else:
+            sync = sync_command(runs, *target)
+            upload = f"  {sync}\n" if sync else ""
             print(
                 f"W&B report specification for {target[0]}/{target[1]}: {spec_path}\n"
-                "to publish it later: upload the runs logged to W&B (wandb sync <run dir>/wandb/offline-run-*), "
-                "then with network and a W&B key (wandb login):\n"
+                "to publish it later, with network and a W&B key (wandb login): upload the "
+                f"offline runs, then the report:\n{upload}"
                 f"  python -m vfl_lightning.report.publish {spec_path}"
             )
     return moved
