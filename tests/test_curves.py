@@ -19,8 +19,8 @@ from hydra.types import RunMode
 
 from vfl_lightning.curve import AXES, read_curve
 from vfl_lightning.loggers import ID_FILE, WandbLogger, previous_run_id
-from vfl_lightning.wandb_names import unique_group
 from vfl_lightning.train import build, train
+from vfl_lightning.wandb_names import unique_group
 
 FAST = ["trainer.max_epochs=2", "trainer.limit_train_batches=6", "callbacks.checkpoint=null"]
 

@@ -114,7 +114,8 @@ def test_best_summaries_test_axes_and_model_artifact(wandb_sweep):
         assert [entry.path for entry in models[0].manifest.contents] == ["last.ckpt"]
 
 
-def test_report_runsets_select_exactly_the_logged_runs(wandb_sweep, tmp_path, no_network):
+@pytest.mark.usefixtures("no_network")
+def test_report_runsets_select_exactly_the_logged_runs(wandb_sweep, tmp_path):
     out = tmp_path / "R"
     make_report([wandb_sweep], out, wandb="me/vfl_lightning", progress=False)
     spec = json.loads((out / "wandb_report.json").read_text())
@@ -144,3 +145,93 @@ def selects(filters: dict, run) -> bool:
         if condition.get("disabled") or condition["value"] != run.run_group:
             return False
     return True
+
+
+def agent_command(sweep_file: Path, args: dict) -> list[str]:
+    """The command `wandb agent` runs for one set of sweep parameters (its expansion of the
+    sweep file's ``command``, wandb_agent.Agent._command_run)."""
+    import yaml
+    from wandb.sdk.launch.sweeps import utils as sweep_utils
+
+    config = yaml.safe_load(sweep_file.read_text())
+    variables = sweep_utils.create_sweep_command_args({"args": args})
+    variables |= {
+        "env": ["/usr/bin/env"],
+        "interpreter": ["python"],
+        "program": [config["program"]],
+    }
+    command = []
+    for item in sweep_utils.create_sweep_command(config["command"]):
+        item = str(item)
+        macro = item[2:-1] if item.startswith("${") and item.endswith("}") else None
+        command += variables.get(macro) or [] if macro else [item]
+    return command
+
+
+def test_wandb_sweep_agent_command_joins_the_agents_run(tmp_path, monkeypatch):
+    """conf/wandb_sweeps/pbm.yaml: the command the agent would run, run offline with the
+    agent's environment: the run is the agent's (its run id, sweep id, a sweep group)."""
+    import yaml
+    from wandb.sdk.lib import config_util
+
+    sweep_file = Path(CONF_DIR) / "wandb_sweeps" / "pbm.yaml"
+    parameters = yaml.safe_load(sweep_file.read_text())["parameters"]
+    args = {key: {"value": spec["values"][0]} for key, spec in parameters.items()}
+    command = agent_command(sweep_file, args)
+    assert command[:3] == ["/usr/bin/env", "python", "train.py"]
+    assert command[-3:] == ["mechanism.b=2", "mechanism.beta=0.05", "seed=0"]
+    param_file = tmp_path / "sweep-abc123" / "config-agentrun1.yaml"
+    param_file.parent.mkdir()
+    config_util.save_config_file_from_dict(str(param_file), args)
+    for key, value in {
+        "WANDB_SWEEP_ID": "abc123",
+        "WANDB_RUN_ID": "agentrun1",
+        "WANDB_SWEEP_PARAM_PATH": str(param_file),
+        "WANDB_PROJECT": "vfl_lightning",  # `wandb agent ENTITY/PROJECT/SWEEP_ID` sets these
+        "WANDB_ENTITY": "me",
+        "WANDB_MODE": "offline",  # the agent's run is online; this test stays offline
+    }.items():
+        monkeypatch.setenv(key, value)
+    import wandb
+
+    wandb.teardown()  # the agent starts a fresh process: W&B reads the environment anew
+    run_dir = tmp_path / "run"
+    small = ["trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.accelerator=cpu"]
+    try:
+        run_train_py([*command[3:], *small, f"hydra.run.dir={run_dir}"])
+        run, found = offline_run(run_dir)
+    finally:
+        wandb.teardown()
+    assert run.run_id == "agentrun1" and run.sweep_id == "abc123"
+    assert run.run_group == "sweep-abc123" and run.project == "vfl_lightning"
+    assert run.display_name == "pbm-digits-b=2-beta=0.05-seed0"
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "finished" and results["algo"] == "pbm"
+    composed = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    assert composed["mechanism"]["b"] == 2 and composed["mechanism"]["beta"] == 0.05
+    assert json.loads((run_dir / RUN_FILE).read_text())["sweep_id"] == "abc123"
+
+
+def test_online_without_a_key_is_one_error_line(tmp_path, monkeypatch, capsys):
+    """`logger.wandb.offline=false` with no W&B key: exit 2 and one line saying how to log in
+    or stay offline (not W&B's UsageError traceback)."""
+    import wandb
+
+    for key in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SWEEP_ID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))
+    wandb.teardown()
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            run_train_py(
+                ["logger.wandb.offline=false", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path}"]
+            )
+    finally:
+        wandb.teardown()
+    assert exit_info.value.code == 2
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+    assert line.startswith("error: logger.wandb.offline=false: W&B cannot log in")
+    assert "`wandb login`" in line and "WANDB_API_KEY" in line
+    assert "logger.wandb.offline=true" in line

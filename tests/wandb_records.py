@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 BLOCK = 32768
@@ -36,10 +37,17 @@ def records(path: Path) -> list:
     return out
 
 
-def offline_run(run_dir: Path):
-    """The single offline run under ``<run_dir>/wandb``: (RunRecord, records)."""
+def offline_run(run_dir: Path, timeout_s: float = 30.0):
+    """The single offline run under ``<run_dir>/wandb``: (RunRecord, records). Waits up to
+    ``timeout_s`` for its exit record: under a sweep id, W&B's service writes an offline run's
+    file after ``wandb.finish()`` has returned."""
     (path,) = Path(run_dir).glob("wandb/offline-run-*/run-*.wandb")
+    deadline = time.monotonic() + timeout_s
     found = records(path)
+    while not any(r.WhichOneof("record_type") == "exit" for r in found):
+        assert time.monotonic() < deadline, f"{path} has no exit record after {timeout_s} s"
+        time.sleep(0.2)
+        found = records(path)
     runs = [r.run for r in found if r.WhichOneof("record_type") == "run"]
     return runs[0], found
 
@@ -49,6 +57,10 @@ def history(found: list) -> list[dict]:
     rows = []
     for record in found:
         if record.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                         for item in record.history.item})
+            rows.append(
+                {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                    for item in record.history.item
+                }
+            )
     return rows

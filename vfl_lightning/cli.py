@@ -43,6 +43,4 @@ def main(cfg: DictConfig) -> float | None:
         if _multirun():
             raise FailedJob(line) from None
         sys.exit(code)
-    print(f"results: {cfg.paths.output_dir}/results.json")
-    print(f"model_digest ({results.get('runtime')}): {results.get('model_digest')}")
     return objective(cfg, results)

@@ -102,8 +102,8 @@ def login_hint(error: Exception) -> ConfigError:
     """The one-line error for an online W&B run that cannot log in."""
     reason = " ".join(str(error).split())
     return ConfigError(
-        f"logger.wandb.offline=false needs a W&B login ({reason}): run `wandb login` or set "
-        "WANDB_API_KEY, or keep logger.wandb.offline=true and upload later with `wandb sync`"
+        f"logger.wandb.offline=false: W&B cannot log in ({reason}); run `wandb login` or set "
+        "WANDB_API_KEY, or keep logger.wandb.offline=true (upload later with `wandb sync`)"
     )
 
 

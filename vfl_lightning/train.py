@@ -24,6 +24,7 @@ from vfl_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint
 from vfl_lightning.curve import CurveWriter
 from vfl_lightning.errors import ConfigError, error_summary, root_cause
 from vfl_lightning.loggers import quiet_lightning
+from vfl_lightning.summary import print_summary
 
 log = logging.getLogger(__name__)
 
@@ -469,10 +470,12 @@ def train(cfg: DictConfig) -> dict:
         results["time/wall_s"] = time.perf_counter() - started
         # With trainer=ddp every rank holds the same totals: rank 0 alone writes them.
         rank_zero = trainer is None or trainer.is_global_zero
-        if rank_zero and output_dir.is_dir() and os.access(output_dir, os.W_OK):
+        written = rank_zero and output_dir.is_dir() and os.access(output_dir, os.W_OK)
+        if written:
             write_results(output_dir / "results.json", results)
-            log.info("results: %s", output_dir / "results.json")
         _finish_wandb(0 if results["status"] == "finished" else 1)
+        if written:
+            print_summary(results, output_dir)
 
 
 def _finish_wandb(exit_code: int) -> None:

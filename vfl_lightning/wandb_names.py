@@ -4,6 +4,7 @@ names from the overrides that vary, tags from the config-group choices (experime
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,15 @@ def swept_keys(sweep_dir: Path) -> set[str] | None:
     return {override.key_or_group for override in parsed if override.is_sweep_override()}
 
 
+def agent_keys() -> set[str] | None:
+    """The parameters a `wandb agent` sweeps over (its ``WANDB_SWEEP_PARAM_PATH`` file), or None
+    outside an agent."""
+    path = os.environ.get("WANDB_SWEEP_PARAM_PATH")
+    if not path or not Path(path).is_file():
+        return None
+    return set(yaml.safe_load(Path(path).read_text()) or {}) - {"wandb_version", "_wandb"}
+
+
 def run_name(prefix: str, seed: Any, overrides: list[str], varying: set[str] | None) -> str:
     """``<prefix>-<key=value of each varying override>-seed<seed>``, keys by their last part
     (``algo.local_steps=5`` -> ``local_steps=5``); every override counts when ``varying`` is None."""
@@ -62,7 +72,7 @@ def run_name(prefix: str, seed: Any, overrides: list[str], varying: set[str] | N
 def hydra_run_info(prefix: str, seed: Any) -> dict[str, Any]:
     """Group, name and tags of the running Hydra job ({} outside Hydra): the group is unique per
     multirun sweep directory (one per run directory for a single run); the name carries the
-    overrides that vary within the sweep (all of a single run's)."""
+    overrides that vary within the sweep (a single run's: all, or a `wandb agent`'s parameters)."""
     if not HydraConfig.initialized():
         return {}
     hydra_cfg = HydraConfig.get()
@@ -74,7 +84,7 @@ def hydra_run_info(prefix: str, seed: Any) -> dict[str, Any]:
     elif OmegaConf.is_missing(hydra_cfg.runtime, "output_dir"):  # composed, not run (tests)
         group, varying = None, None
     else:
-        group, varying = unique_group(hydra_cfg.runtime.output_dir), None
+        group, varying = unique_group(hydra_cfg.runtime.output_dir), agent_keys()
     return {
         "group": group,
         "name": run_name(prefix, seed, overrides, varying),
