@@ -159,6 +159,7 @@ def test_cli_bad_inputs_write_nothing(sweep, tmp_path, capsys, no_network):
         assert report_main([*args, "--out", str(tmp_path / "R"), "--no-progress"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err, err
+        assert err.count("\n") == 1, err  # one line
         assert not (tmp_path / "R").exists()
         assert not list(tmp_path.glob(".R-*"))
 
@@ -183,6 +184,16 @@ def test_cli_bad_inputs_write_nothing(sweep, tmp_path, capsys, no_network):
     (crashed / "0").mkdir(parents=True)
     (crashed / "0" / "results.json").write_text(json.dumps({"status": "failed", "algo": "pbm"}))
     fails([str(crashed)], "no finished runs under")
+    fails([str(sweep), "--x", "banana"], "argument --x: invalid choice: 'banana'")
+    fails([str(sweep), "--recipe", "fedvs"], "--recipe fedvs needs runs of fedvs")
+    a_file = tmp_path / "taken"
+    a_file.write_text("mine")
+    assert report_main([str(sweep), "--out", str(a_file), "--no-progress"]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"error: --out {a_file} is a file: give a directory (new or existing)\n"
+    )
+    assert a_file.read_text() == "mine" and not list(tmp_path.glob(".taken-*"))
 
 
 def test_unfinished_runs_are_left_out(sweep, tmp_path, capsys):

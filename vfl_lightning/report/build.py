@@ -15,15 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from vfl_lightning.report import figures
-from vfl_lightning.report.recipes import (
-    BUILDERS,
-    TITLES,
-    Context,
-    Section,
-    choose_recipe,
-    ordered,
-    overview,
-)
+from vfl_lightning.report.document import TITLES, Context, Section, ordered
+from vfl_lightning.report.recipes import BUILDERS, check_recipe, choose_recipe, overview
 from vfl_lightning.report.runs import (
     X_AXES,
     ReportError,
@@ -117,7 +110,11 @@ def make_report(
             f"--recipe must be auto, none or one of {', '.join(BUILDERS)}, got {recipe!r}"
         )
     target = parse_target(wandb) if wandb else None
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ReportError(f"--out {out} is a file: give a directory (new or existing)")
     runs = load_runs(directories, progress=progress)
+    if recipe not in ("auto", "none"):
+        check_recipe(recipe, runs)
     wandb_groups = logged_groups(runs, *target) if target else []
     columns = {key for run in runs for row in run.curve for key in row}
     for axis, key in (("--x", X_AXES[x]), ("--y", y)):

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from vfl_lightning.report.recipes import Panel, Section
+from vfl_lightning.report.document import Panel, Section
 from vfl_lightning.report.runs import ReportError, Run
 
 OFFLINE_MODES = ("offline", "disabled", "dryrun")
