@@ -126,9 +126,8 @@ def make_report(
     groups = ordered(group_runs(runs), chosen or "")
     title = title_of(runs)
     ctx = Context(runs, groups, X_AXES[x], y, title, times)
-    sections: list[Section] = [overview(ctx)]
-    if chosen is not None:
-        sections.insert(0, BUILDERS[chosen](ctx))
+    sections: list[Section] = [] if chosen is None else [BUILDERS[chosen](ctx)]
+    sections.append(overview(ctx, [p for section in sections for p in section.plotted]))
     commands = sweep_commands(runs)
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     written = sorted(

@@ -46,6 +46,9 @@ class Section:
     figures: list[tuple[str, Figure, str]] = field(default_factory=list)
     tables: list[str] = field(default_factory=list)
     panels: list[Panel] = field(default_factory=list)
+    # (x, y) of the curves a figure of this section draws for every group: the overview leaves
+    # out its own figure of the same curves
+    plotted: list[tuple[str, str]] = field(default_factory=list)
 
     def add_figure(self, stem: str, figure: Figure | None, caption: str) -> None:
         if figure is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from vfl_lightning.report import figures
+from vfl_lightning.report import charts, figures
 from vfl_lightning.report.aggregate import Summary, summarize
 from vfl_lightning.report.document import Context, Panel, Section, ordered
 from vfl_lightning.report.markdown import final_prefix, has, table
@@ -34,6 +34,7 @@ def cascade(ctx: Context) -> Section:
         figures.curves(groups, "epoch", ["val/acc"], f"{ctx.title}: validation accuracy"),
         "validation accuracy per epoch",
     )
+    section.plotted.append(("epoch", "val/acc"))
     section.add_figure(
         "cascade_acc_vs_mb",
         figures.curves(
@@ -87,16 +88,23 @@ def cascade(ctx: Context) -> Section:
             name: [scale(summarize(g.values_of(key)), 100) for g in attacked]
             for key, name in ATTACKS.items()
         }
+        classes = {g.runs[0].setting("party.embedding_dim") for g in attacked}
+        chance = None
+        if len(classes) == 1 and isinstance(next(iter(classes)), int):
+            count = classes.pop()  # the attack needs party outputs of num_classes entries
+            chance = (100 / count, f"chance (1/{count} classes)")
         section.add_figure(
             "cascade_label_inference",
-            figures.bars(
+            charts.bars(
                 [g.label for g in attacked],
                 scaled,
                 f"{ctx.title}: label inference by client 0",
                 "labels inferred (%)",
                 missing_text="n/a",
+                reference=chance,
             ),
-            "label-inference accuracy of a curious client and of an eavesdropper",
+            "label-inference accuracy of a curious client and of an eavesdropper "
+            "(dotted: guessing at chance)",
         )
         section.tables.append(
             table(

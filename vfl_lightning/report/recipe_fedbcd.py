@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 
-from vfl_lightning.report import figures
+from vfl_lightning.report import charts, figures
 from vfl_lightning.report.aggregate import summarize
 from vfl_lightning.report.document import Context, Panel, Section, ordered
 from vfl_lightning.report.markdown import has, number, table
+from vfl_lightning.report.runs import Group
 
 SCHEDULES = {
     "fedsgd": "FedSGD",
@@ -16,6 +17,12 @@ SCHEDULES = {
     "fedbcd_s": "FedBCD-s",
     "fedpbcd": "FedPBCD-p",
 }
+
+
+def short_label(group: Group) -> Group:
+    """The group labelled without its algo name (the panel names the schedule)."""
+    rest = group.label.removeprefix(group.algo).strip()
+    return Group(rest or group.label, group.values, group.runs)
 
 
 def fedbcd(ctx: Context) -> Section:
@@ -36,24 +43,39 @@ def fedbcd(ctx: Context) -> Section:
     target = ctx.runs[0].results.get("target_metric"), ctx.runs[0].results.get("target_value")
     section.add_figure(
         "fedbcd_rounds_vs_q",
-        figures.points(
+        charts.points(
             series,
             f"{ctx.title}: rounds until {target[0]} ≥ {target[1]}",
             "local updates per exchange Q",
-            "communication rounds to target",
-            annotate=False,
+            "communication rounds to target (log scale)",
             connect=True,
             log_x=True,
+            log_y=True,
             dodge=0.04,
             integer_ticks=True,
+            not_reached=True,
         ),
-        "rounds to target against Q per schedule (p: parallel, s: sequential, proximal)",
+        "rounds to target against Q per schedule (p: parallel, s: sequential, proximal); "
+        "mean ± std over seeds, k/n: only k of n seeds reached the target",
     )
+    facets = [
+        (SCHEDULES.get(algo, algo), [short_label(g) for g in groups if g.algo == algo])
+        for algo in dict.fromkeys(g.algo for g in groups)
+    ]
+    reference = (target[1], f"target {target[1]:g}") if target[0] == metric else None
     section.add_figure(
         "fedbcd_metric_vs_rounds",
-        figures.curves(groups, "comm/rounds", [metric], f"{ctx.title}: {figures.label(metric)}"),
-        f"{figures.label(metric)} over communication rounds",
+        figures.facet_curves(
+            facets,
+            "comm/rounds",
+            metric,
+            f"{ctx.title}: {figures.label(metric)} per schedule",
+            log_x=True,
+            hline=reference,
+        ),
+        f"{figures.label(metric)} over communication rounds (log scale), one panel per schedule",
     )
+    section.plotted.append(("comm/rounds", metric))
     rows = []
     for group in groups:
         reached = summarize(group.values_of("rounds_to_target"))

@@ -12,7 +12,22 @@ from vfl_lightning.report import figures
 from vfl_lightning.report.aggregate import step_values, summarize
 from vfl_lightning.report.document import Context, Panel, Section, ordered
 from vfl_lightning.report.markdown import number, table
-from vfl_lightning.report.runs import Run
+from vfl_lightning.report.runs import Group, Run, relabel
+
+
+def short(key: str) -> str:
+    """An override key by its last part (``algo.K`` -> ``K``)."""
+    return key.rsplit(".", 1)[-1]
+
+
+def by_overridden_keys(groups: Sequence[Group]) -> dict[frozenset, list[Group]]:
+    """Groups split by which override keys they set (the algo comparison at the defaults apart
+    from a sweep over K or T), in order of first appearance."""
+    parts: dict[frozenset, list[Group]] = {}
+    for group in groups:
+        keys = frozenset(k for k, v in group.values.items() if v is not None)
+        parts.setdefault(keys, []).append(group)
+    return parts
 
 
 def fedvs(ctx: Context) -> Section:
@@ -25,13 +40,24 @@ def fedvs(ctx: Context) -> Section:
         "–: none had.",
     )
     groups = ordered(ctx.groups, "fedvs")
-    section.add_figure(
-        "fedvs_acc_vs_time",
-        figures.curves(
-            groups, "time/simulated_s", ["val/acc"], f"{ctx.title}: validation accuracy"
-        ),
-        "validation accuracy over simulated seconds",
-    )
+    for keys, members in by_overridden_keys(groups).items():
+        varying = [k for k in sorted(keys) if len({g.values[k] for g in members}) > 1]
+        fixed = ", ".join(
+            f"{short(k)}={members[0].values[k]}" for k in sorted(keys) if k not in varying
+        )
+        what = (", ".join(short(k) for k in varying) + " varies") if varying else "per algo"
+        suffix = f" ({fixed})" if fixed else ""
+        section.add_figure(
+            "_".join(["fedvs_acc_vs_time", *(short(k) for k in varying)]),
+            figures.curves(
+                relabel(members),
+                "time/simulated_s",
+                ["val/acc"],
+                f"{ctx.title}: validation accuracy, {what}{suffix}",
+            ),
+            f"validation accuracy over simulated seconds, {what}{suffix}",
+        )
+    section.plotted.append(("time/simulated_s", "val/acc"))
     times = list(ctx.times or default_times(ctx.runs))
     rows = []
     for group in groups:

@@ -7,11 +7,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vfl_lightning.report import figures
+from vfl_lightning.report import charts, figures
 from vfl_lightning.report.aggregate import summarize
 from vfl_lightning.report.document import Context, Panel, Section, ordered
 from vfl_lightning.report.markdown import final_prefix, has, number, table
 from vfl_lightning.report.runs import Group
+
+
+def setting_label(group: Group) -> str:
+    """``b=16, β=0.15``: the mechanism setting of a PBM or LDP group."""
+    b, beta = group.runs[0].setting("mechanism.b"), group.runs[0].setting("mechanism.beta")
+    return f"b={b}, β={beta}"
 
 
 def pbm(ctx: Context) -> Section:
@@ -40,15 +46,16 @@ def pbm(ctx: Context) -> Section:
     ]
     section.add_figure(
         "pbm_acc_vs_eps",
-        figures.points(
+        charts.points(
             series,
             f"{ctx.title}: {prefix} accuracy against feature privacy",
-            figures.label("privacy/feature_eps"),
+            figures.label("privacy/feature_eps") + ", log scale",
             f"{prefix} accuracy (filled: deployed, open: noise-free)",
             log_x=True,
             lines=lines,
+            marker_by=setting_label,
         ),
-        f"{prefix} accuracy against feature ε per mechanism and (b, β)",
+        f"{prefix} accuracy against feature ε per mechanism (colour) and (b, β) (marker)",
     )
     for algo in ("pbm", "ldp"):
         chosen = [g for g in private if g.algo == algo]
@@ -59,21 +66,23 @@ def pbm(ctx: Context) -> Section:
                     [*chosen, *baselines],
                     "epoch",
                     ["val/acc", "val/acc_clean"],
-                    f"{ctx.title}: {algo} validation accuracy per (b, β)",
+                    f"{ctx.title}: {algo} validation accuracy",
                 ),
                 f"{algo}: validation accuracy per epoch (solid: deployed, dashed: noise-free)",
             )
     if has(ctx.runs, "mb_to_target"):
         target = ctx.runs[0].results.get("target_metric"), ctx.runs[0].results.get("target_value")
+        epochs = max(int(r.value("epochs")) for r in ctx.runs if r.value("epochs") > 0)
         section.add_figure(
             "pbm_mb_to_target",
-            figures.bars(
+            charts.bars(
                 [g.label for g in groups],
                 {"MB to target": [summarize(g.values_of("mb_to_target")) for g in groups]},
                 f"{ctx.title}: communication until {target[0]} ≥ {target[1]}",
                 "MB (uplink + downlink + peer) to target",
+                missing_text=f"not reached in {epochs} epochs",
             ),
-            f"MB until {target[0]} first reached {target[1]} ('never': not within the run)",
+            f"MB until {target[0]} first reached {target[1]} (k/n: only k of n seeds reached it)",
         )
     rows = []
     for group in groups:

@@ -40,18 +40,27 @@ def check_recipe(recipe: str, runs: Sequence[Run]) -> None:
         )
 
 
-def overview(ctx: Context) -> Section:
-    """The chosen metric over the chosen axis, and one table of final values per grouping."""
+def overview(ctx: Context, plotted: Sequence[tuple[str, str]] = ()) -> Section:
+    """The chosen metric over the chosen axis (unless a recipe figure in ``plotted`` already
+    draws it), and one table of final values per grouping."""
     section = Section(
         "Runs",
         f"{len(ctx.runs)} runs in {len(ctx.groups)} groups (runs that differ only by seed). "
-        "Lines: mean over seeds; bands and ±: sample standard deviation over seeds.",
+        "Lines: mean over seeds; bands and ±: sample standard deviation over seeds (one seed: "
+        "the value alone).",
     )
-    section.add_figure(
-        "curves",
-        figures.curves(ctx.groups, ctx.x, [ctx.y], f"{ctx.title}: {figures.label(ctx.y)}"),
-        f"{figures.label(ctx.y)} against {figures.label(ctx.x)}",
-    )
+    if (ctx.x, ctx.y) not in plotted:
+        section.add_figure(
+            "curves",
+            figures.curves(
+                ctx.groups,
+                ctx.x,
+                [ctx.y],
+                f"{ctx.title}: {figures.label(ctx.y)}",
+                log_x=ctx.x == "comm/total_mb",
+            ),
+            f"{figures.label(ctx.y)} against {figures.label(ctx.x)}",
+        )
     columns = [ctx.y, "test/acc", "test/acc_clean", "privacy/feature_eps", "comm/total_mb"]
     columns = [c for c in dict.fromkeys(columns) if has(ctx.runs, c)]
     header = ["group", "seeds", "epochs", *columns, "rounds", "simulated s"]
@@ -71,7 +80,7 @@ def overview(ctx: Context) -> Section:
                 ",".join(map(str, epochs)),
                 *(summarize(group.values_of(c)).text() for c in columns),
                 summarize(group.values_of("comm/rounds")).text(0),
-                summarize(group.values_of("time/simulated_s")).text(1),
+                summarize(group.values_of("time/simulated_s")).text(3, significant=True),
             ]
         )
     section.tables.append(table(header, rows))
