@@ -38,12 +38,12 @@ LABELS = {
 # family's dark shade, several groups of one algo (b, β; Q; K) take lighter to darker shades.
 ALGO_COLORMAPS = {
     "npq": "Greys",
-    "splitnn": "YlOrBr",
+    "splitnn": "PuBu",
     "pbm": "Blues",
     "ldp": "Oranges",
     "vafl": "Greens",
     "syn_zoo_vfl": "Purples",
-    "zoo_vfl": "PuRd",
+    "zoo_vfl": "YlOrBr",
     "cascade": "Reds",
     "fedsgd": "Greys",
     "fedbcd": "Blues",
@@ -54,7 +54,7 @@ ALGO_COLORMAPS = {
     "fedvs_ignore": "BuGn",
     "fedvs_wait_dp": "Purples",
 }
-OTHER_COLORMAPS = ("BuGn", "RdPu", "YlGn", "PuBu", "GnBu", "OrRd")
+OTHER_COLORMAPS = ("RdPu", "YlGn", "GnBu", "OrRd", "PuRd")
 # x axes whose values are whole numbers: integer ticks only
 INTEGER_AXES = ("epoch", "comm/rounds", "global_step")
 
