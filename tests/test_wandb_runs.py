@@ -235,3 +235,14 @@ def test_online_without_a_key_is_one_error_line(tmp_path, monkeypatch, capsys):
     assert line.startswith("error: logger.wandb.offline=false: W&B cannot log in")
     assert "`wandb login`" in line and "WANDB_API_KEY" in line
     assert "logger.wandb.offline=true" in line
+
+
+def test_report_groups_wandb_runs_by_the_varying_experiment_choice():
+    from vfl_lightning.report.build import wandb_group_by
+    from vfl_lightning.report.runs import Run
+
+    runs = [
+        Run(Path("."), {"algo": "pbm"}, [], {"experiment": e, "mechanism.b": b})
+        for e, b in (("pbm_digits", "2"), ("pbm_search", "2"), ("pbm_digits", "16"))
+    ]
+    assert wandb_group_by(runs) == ["choices.experiment", "mechanism.b"]

@@ -59,11 +59,12 @@ def title_of(runs) -> str:
 
 
 def wandb_group_by(runs) -> list[str]:
-    """Config keys that tell the report's groups apart in W&B: the algo by its name, and the
-    varying overrides of single values (``mechanism.b``); overrides that choose a whole config
-    group (``experiment=``) are no single config value and are left out."""
+    """Config keys that tell the report's groups apart in W&B: the algo by its name, the varying
+    overrides of single values (``mechanism.b``), and the varying choices of whole config groups
+    (``experiment=``) by the ``choices`` the W&B logger puts in the run config."""
     keys = ["algo.name"] if len({run.algo for run in runs}) > 1 else []
-    return keys + [k for k in varying_keys(runs) if "." in k]
+    varying = [k for k in varying_keys(runs) if k != "algo"]
+    return keys + [k if "." in k else f"choices.{k}" for k in varying]
 
 
 def _file_names(name: str) -> tuple[str, str, str]:
