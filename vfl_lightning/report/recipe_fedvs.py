@@ -12,12 +12,14 @@ from vfl_lightning.report import figures
 from vfl_lightning.report.aggregate import step_values, summarize
 from vfl_lightning.report.document import Context, Panel, Section, ordered
 from vfl_lightning.report.markdown import number, table
-from vfl_lightning.report.runs import Group, Run, relabel
+from vfl_lightning.report.runs import SYMBOLS, Group, Run, relabel
 
 
 def short(key: str) -> str:
-    """An override key by its last part (``algo.K`` -> ``K``)."""
-    return key.rsplit(".", 1)[-1]
+    """An override key as group labels show it (``algo.K`` -> ``K``, ``data.batch_size`` ->
+    ``batch``)."""
+    last = key.rsplit(".", 1)[-1]
+    return SYMBOLS.get(last, last)
 
 
 def by_overridden_keys(groups: Sequence[Group]) -> dict[frozenset, list[Group]]:

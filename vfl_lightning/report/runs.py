@@ -30,7 +30,7 @@ X_AXES = {
 # Written by the W&B logger into each run directory: id, entity, project, group, name, mode.
 WANDB_RUN_FILE = "wandb_run.json"
 # How a few override keys are shown in group labels.
-SYMBOLS = {"beta": "β", "mu": "μ", "local_steps": "Q"}
+SYMBOLS = {"beta": "β", "mu": "μ", "local_steps": "Q", "batch_size": "batch"}
 
 
 class ReportError(ValueError):
