@@ -87,7 +87,8 @@ def points(
             drawn += 1
         if connect and len(path) > 1:
             ax.plot(*zip(*sorted(path)), color=color, alpha=0.6)
-        handles.append(Line2D([], [], color=color, marker="o", linestyle="-", label=name))
+        line = "-" if connect else ""
+        handles.append(Line2D([], [], color=color, marker="o", linestyle=line, label=name))
     for name, y in lines:
         if math.isfinite(y):
             ax.axhline(y, color="black", linestyle=":", linewidth=1)
