@@ -282,7 +282,9 @@ def test_cli_ddp_on_two_gloo_processes_equals_one_process(make_cfg, tmp_path, al
             assert got[key] == value, key
     # the default logger (W&B offline) on rank 0 only; the summary printed once, by rank 0
     assert len(list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))) == 1
-    assert json.loads((run_dir / "wandb_run.json").read_text())["mode"] == "offline"
+    logged = json.loads((run_dir / "wandb_run.json").read_text())
+    assert logged["mode"] == "offline"
+    assert (run_dir / "wandb_id").read_text().strip() == logged["id"]  # rank 1 wrote none
     assert done.stdout.count("results: ") == 1 and done.stdout.count("model_digest") == 1
     assert (run_dir / "train_ddp_process_1.log").read_text() == ""
     a = torch.load(Path(single.paths.output_dir) / "checkpoints/last.ckpt", weights_only=False)

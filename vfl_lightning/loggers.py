@@ -181,7 +181,7 @@ class WandbLogger(LightningWandbLogger):
         else:  # a wandb.Settings object: as given
             self._write_requirements = False
         save_dir = self._wandb_init.get("dir")
-        if save_dir and run_id:
+        if save_dir and run_id and rank_zero_only.rank == 0:  # DDP: rank 0's run only
             Path(save_dir).mkdir(parents=True, exist_ok=True)
             (Path(save_dir) / ID_FILE).write_text(run_id + "\n")
         self._axes_defined = False
