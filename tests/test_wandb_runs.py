@@ -246,3 +246,24 @@ def test_report_groups_wandb_runs_by_the_varying_experiment_choice():
         for e, b in (("pbm_digits", "2"), ("pbm_search", "2"), ("pbm_digits", "16"))
     ]
     assert wandb_group_by(runs) == ["choices.experiment", "mechanism.b"]
+
+
+def test_swept_keys_and_run_names(tmp_path):
+    from vfl_lightning.wandb_names import run_name, swept_keys
+
+    assert swept_keys(tmp_path) is None
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task: ['algo=fedbcd,fedbcd_s', 'algo.local_steps=1,5', "
+        "'seed=range(3)', experiment=fedbcd_breast_cancer]\n"
+        "  sweeper:\n    params:\n      optimizer.lr: interval(0.01, 0.1)\n"
+    )
+    varying = swept_keys(tmp_path)
+    assert varying == {"algo", "algo.local_steps", "seed", "optimizer.lr"}
+    job = ["algo=fedbcd_s", "algo.local_steps=5", "seed=2", "experiment=fedbcd_breast_cancer"]
+    job += ["optimizer.lr=0.05", "hydra.sweep.dir=x", "logger=csv"]
+    assert run_name("fedbcd_s-breast_cancer", 2, job, varying) == (
+        "fedbcd_s-breast_cancer-local_steps=5-lr=0.05-seed2"
+    )
+    assert run_name("pbm-digits", 0, ["mechanism.b=4", "paths.output_dir=y"], None) == (
+        "pbm-digits-b=4-seed0"
+    )

@@ -39,14 +39,17 @@ def _is_named(key: str) -> bool:
 
 
 def swept_keys(sweep_dir: Path) -> set[str] | None:
-    """Keys a multirun sweeps over (``a=1,2``, ``range(...)``), read from the sweep's
-    ``multirun.yaml``; None when that file is not there."""
+    """Keys a multirun sweeps over (``a=1,2``, ``range(...)``, and a search sweeper's
+    ``hydra.sweeper.params``), read from the sweep's ``multirun.yaml``; None when that file is
+    not there."""
     path = sweep_dir / "multirun.yaml"
     if not path.is_file():
         return None
-    task = (yaml.safe_load(path.read_text()) or {}).get("hydra", {}).get("overrides", {})
-    parsed = OverridesParser.create().parse_overrides([str(t) for t in task.get("task", [])])
-    return {override.key_or_group for override in parsed if override.is_sweep_override()}
+    hydra_node = (yaml.safe_load(path.read_text()) or {}).get("hydra", {})
+    task = (hydra_node.get("overrides") or {}).get("task", [])
+    parsed = OverridesParser.create().parse_overrides([str(t) for t in task])
+    searched = set((hydra_node.get("sweeper") or {}).get("params") or {})
+    return searched | {o.key_or_group for o in parsed if o.is_sweep_override()}
 
 
 def agent_keys() -> set[str] | None:
