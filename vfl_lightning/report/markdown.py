@@ -1,4 +1,5 @@
-"""Markdown and number helpers of the report: tables, numbers, which values the runs have."""
+"""Markdown and number helpers of the report: tables, numbers written for a reader, and whether
+the runs have a value at all."""
 
 from __future__ import annotations
 
