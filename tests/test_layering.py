@@ -35,6 +35,7 @@ LAYERS = (
         "curve",
         "checkpoints",
         "loggers",
+        "wandb_names",
         "privacy.analysis",
         "privacy.parameters",
         "lightning_speedups",
@@ -45,7 +46,11 @@ LAYERS = (
     ("algorithms",),
     ("runtime",),
     ("run", "search"),
-    ("train", "cli", "data.export"),  # entry points (data.export: python -m vfl_lightning.data.export)
+    (
+        "train",
+        "cli",
+        "data.export",
+    ),  # entry points (data.export: python -m vfl_lightning.data.export)
     ("report",),
 )
 """Layer by layer, bottom up: a module may import its own layer and those below it."""

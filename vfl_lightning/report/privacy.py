@@ -8,9 +8,10 @@ import math
 from collections.abc import Sequence
 
 from vfl_lightning.privacy.analysis.dcs import DCS_BETA, defense_capability_score
-from vfl_lightning.report import figures
+from vfl_lightning.report import charts, figures
 from vfl_lightning.report.aggregate import summarize
-from vfl_lightning.report.recipes import Context, Panel, Section, table
+from vfl_lightning.report.document import Context, Panel, Section
+from vfl_lightning.report.markdown import table
 from vfl_lightning.report.runs import SYMBOLS, Group, ReportError
 
 METRICS = {
@@ -101,6 +102,12 @@ def group_dcs(group: Group, reference: Group | None, name: str) -> float:
     )
 
 
+def setting_and_defense(group: Group) -> str:
+    """A frontier marker's shape: the group's label without its protocol (colour tells that)."""
+    _, _, rest = group.label.partition(" ")
+    return rest or "default setting"
+
+
 def frontier(groups: Sequence[Group], name: str, title: str):
     """Attack metric against main-task accuracy: one series (color) per protocol, each point
     annotated with its protocol setting and defense."""
@@ -114,7 +121,7 @@ def frontier(groups: Sequence[Group], name: str, title: str):
     if not series:
         return None
     xlabel = figures.label(main_metric(attacked[0]))
-    return figures.points(series, f"{title}: {name}", xlabel, ylabel, annotate=True)
+    return charts.points(series, f"{title}: {name}", xlabel, ylabel, marker_by=setting_and_defense)
 
 
 def epsilon_figure(groups: Sequence[Group], title: str):
@@ -140,7 +147,7 @@ def epsilon_figure(groups: Sequence[Group], title: str):
             for v in g.values_of("attack/feature_reconstruction/label_baseline_rel_mse")
         ]
     ).mean
-    return figures.points(
+    return charts.points(
         series,
         f"{title}: feature reconstruction against formal ε",
         figures.label("privacy/feature_eps"),
