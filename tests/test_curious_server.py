@@ -22,6 +22,7 @@ from vfl_lightning.mechanisms.keys import fresh_private_key, public_bytes
 from vfl_lightning.privacy.accountant import composed_rdp
 from vfl_lightning.privacy.analysis import DEFAULT_ORDERS, rdp_to_dp
 from vfl_lightning.run.checks import check_runtime
+from vfl_lightning.run.ray_session import party_trust
 from vfl_lightning.runtime.party_trust import KNOWN_PARTIES_FILE
 from vfl_lightning.runtime.ray_parties import RayParties
 from vfl_lightning.seeding import seeded_generator
@@ -248,6 +249,31 @@ def test_e_acc_clean_is_not_logged_under_ray(make_cfg, ray_session, caplog):
 def test_party_seeds_refused_in_one_line(make_cfg, overrides, message):
     with pytest.raises(ConfigError, match=message):
         check_runtime(make_cfg(*overrides))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["runtime.party_dir=null"], r"^runtime.party_dir must be a directory path, got null$"),
+        (
+            ["runtime.known_parties=[ab]"],
+            r"^runtime.known_parties must be a mapping \{party index: 64 hex digits\} or null, "
+            r"got \['ab'\]$",
+        ),
+        (
+            ["runtime.known_parties={0: 'zz'}"],
+            r"^runtime.known_parties: known party 0: needs an integer index >= 0 and 64 hex "
+            r"digits, got 'zz'$",
+        ),
+        (
+            ["runtime.known_parties={0: 'abcd'}"],
+            r"^runtime.known_parties: known party 0: .* got 4 digits$",
+        ),
+    ],
+)
+def test_bad_trust_settings_refused_in_one_line(make_cfg, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        party_trust(make_cfg("runtime=ray", *overrides))
 
 
 def test_private_streams_never_pass_through_the_seeding_function(monkeypatch):

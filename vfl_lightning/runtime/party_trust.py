@@ -9,6 +9,7 @@ from pathlib import Path
 from vfl_lightning.algorithms.parties import PARTY_SEEDS
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.mechanisms.identity import (
+    IdentityConfigError,
     KeyAuthenticationError,
     SignedPublicKey,
     authenticated_pair_seeds,
@@ -47,7 +48,10 @@ class PartyTrust:
         if self.party_dir is None:
             raise ConfigError("runtime.party_dir must be a directory path, got null")
         if self.known_parties is not None:
-            known_parties_from_hex(self.known_parties)
+            try:
+                known_parties_from_hex(self.known_parties)
+            except IdentityConfigError as error:
+                raise ConfigError(f"runtime.known_parties: {error}") from error
 
     def folder(self, party: int) -> Path:
         return Path(self.party_dir) / f"party{int(party)}"
