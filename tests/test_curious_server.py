@@ -306,6 +306,17 @@ def test_private_continuing_streams_and_replay_seeds_travel_in_the_party_state()
     assert torch.equal(replay, torch.rand(4, generator=restored.replay("fedvs_data")))
 
 
+@pytest.mark.parametrize(("written", "resumed"), [("derived", "private"), ("private", "derived")])
+def test_party_state_resumes_only_under_the_party_seeds_it_was_written_with(written, resumed):
+    state = PartyGenerators(0, 0, party_seeds=written).state_dict()
+    with pytest.raises(
+        ValueError,
+        match=f"^this checkpoint's party streams were drawn with "
+        f"runtime.party_seeds={written}: resume it with runtime.party_seeds={written}$",
+    ):
+        PartyGenerators(0, 0, party_seeds=resumed).load_state_dict(state)
+
+
 def test_derived_evaluation_seeds_are_fresh_per_evaluation_and_reproducible():
     def first_draw(release: int) -> torch.Tensor:
         gens = PartyGenerators(7, 1)

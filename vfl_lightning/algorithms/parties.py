@@ -104,6 +104,15 @@ class PartyGenerators:
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state``; a state written under the other ``party_seeds`` (a private
+        state carries ``replay_seeds``) is refused: derived streams resumed as private would stay
+        known to whoever holds the config."""
+        saved = "private" if "replay_seeds" in state else "derived"
+        if saved != ("private" if self.private else "derived"):
+            raise ValueError(
+                f"this checkpoint's party streams were drawn with runtime.party_seeds={saved}: "
+                f"resume it with runtime.party_seeds={saved}"
+            )
         for stage in CONTINUING_STREAMS:
             self.streams.pop(stage, None)
             self._pending_states.pop(stage, None)
