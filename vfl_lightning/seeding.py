@@ -10,10 +10,12 @@ MIX_1 = 0xBF58476D1CE4E5B9
 MIX_2 = 0x94D049BB133111EB
 UINT64 = (1 << 64) - 1
 
-ROLES = ("server", "party", "simulation")
+ROLES = ("server", "party", "simulation", "adversary")
 """Who draws: the server (the module's streams, the activation model of the asynchronous
-family), one party (its own noise, ZOO directions, work delays, FedVS data shares under Ray), or
-the local simulation drawing for every party at once (FedVS data shares under runtime=local)."""
+family, the data split and shuffle, its defenses), one party (its own noise, ZOO directions, work
+delays, FedVS data shares under Ray), the local simulation drawing for every party at once (FedVS
+data shares under runtime=local, the network's stragglers), or an attack's adversary (its
+auxiliary rows and known samples)."""
 
 STREAM_OFFSETS = {"train": 0, "val": 1, "test": 2, "fedvs_data": 4, "delays": 5}
 """Stream numbers of the server's and the parties' streams; any other stream (``predict``,
@@ -22,10 +24,19 @@ STREAM_OFFSETS = {"train": 0, "val": 1, "test": 2, "fedvs_data": 4, "delays": 5}
 
 SPECIAL_STREAMS = {
     ("server", "activation"): (7_919, 104_729),
+    ("server", "split"): (1, 0),
+    ("server", "shuffle"): (100_003, 0),
+    ("server", "defense"): (6_700_417, 31),
     ("simulation", "fedvs_data"): (7_919, 1),
+    ("simulation", "stragglers"): (1, 7_177),
+    ("adversary", "attack"): (7_919, 23),
+    ("adversary", "eavesdropper"): (1, 2_147),
+    ("adversary", "collusion"): (1, 0),
 }
-"""Streams whose seed is ``seed * a + b`` for the (a, b) given: the recipes these streams had
-before seeds were derived in one place, kept so every earlier run reproduces bit for bit."""
+"""Streams whose seed is ``seed * a + b + index`` for the (a, b) given: the recipes these streams
+had before seeds were derived in one place, kept so every earlier run reproduces bit for bit.
+``index`` numbers the generators of one stream (the shuffle's epoch, the data split's two draws,
+a defense's or an attack's name code)."""
 
 
 def as_int64(value: int) -> int:
@@ -56,18 +67,27 @@ def splitmix64_int(x: int) -> int:
 
 
 def derive_seed(
-    seed: int, role: str, stream: str, party: int | None = None, release: int | None = None
+    seed: int,
+    role: str,
+    stream: str,
+    party: int | None = None,
+    index: int = 0,
+    *,
+    release: int | None = None,
 ) -> int:
     """The seed of ``role``'s generator of ``stream`` in the run seeded by ``seed`` (``party``:
-    the party's index, for ``role='party'`` only; ``release``: an evaluation's first release
-    round, see ``mechanisms.base.begin_evaluation``, so every evaluation draws fresh noise).
+    the party's index, for ``role='party'`` only; ``index``: which generator of a numbered
+    stream of :data:`SPECIAL_STREAMS`, 0 for the others; ``release``: an evaluation's first
+    release round, see ``mechanisms.base.begin_evaluation``, so every evaluation draws fresh
+    noise).
 
     Server: ``seed * 1_000_003 + 7919 * offset + 17`` with the stream's offset
     (:data:`STREAM_OFFSETS`); party m: that number mixed with m + 1 through splitmix64, so no two
     parties share a stream; the streams of :data:`SPECIAL_STREAMS` keep their own recipe. With
     ``release``, that seed is mixed with release + 1 the same way (release rounds are unique
-    across epochs, stages and resumes, hence so are evaluation seeds). Derived randomness only: a party's private randomness (what no other party may reproduce)
-    must never pass through this function.
+    across epochs, stages and resumes, hence so are evaluation seeds). Derived randomness only:
+    a party's private randomness (what no other party may reproduce) must never pass through
+    this function.
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
@@ -78,16 +98,18 @@ def derive_seed(
     if release is not None:
         if isinstance(release, bool) or not isinstance(release, int) or release < 0:
             raise ValueError(f"release must be an integer >= 0, got {release!r}")
-        stream_seed = derive_seed(seed, role, stream, party)
+        stream_seed = derive_seed(seed, role, stream, party, index)
         return splitmix64_int(splitmix64_int(stream_seed) ^ splitmix64_int(release + 1)) & (
             2**63 - 1
         )
     special = SPECIAL_STREAMS.get((role, stream))
     if special is not None:
-        return int(seed) * special[0] + special[1]
-    if role == "simulation":
-        allowed = sorted(s for r, s in SPECIAL_STREAMS if r == "simulation")
-        raise ValueError(f"role='simulation' draws only the streams {allowed}, got {stream!r}")
+        return int(seed) * special[0] + special[1] + int(index)
+    if index:
+        raise ValueError(f"index is for the numbered streams only, got {index!r} for {stream!r}")
+    if role in ("simulation", "adversary"):
+        allowed = sorted(s for r, s in SPECIAL_STREAMS if r == role)
+        raise ValueError(f"role={role!r} draws only the streams {allowed}, got {stream!r}")
     base = int(seed) * 1_000_003 + 7919 * STREAM_OFFSETS.get(stream, 3) + 17
     if role == "server":
         return base
@@ -105,5 +127,5 @@ def seeded_generator(
 ) -> torch.Generator:
     """A torch generator on ``device`` seeded with :func:`derive_seed`."""
     generator = torch.Generator(device=device)
-    generator.manual_seed(derive_seed(seed, role, stream, party, release))
+    generator.manual_seed(derive_seed(seed, role, stream, party, release=release))
     return generator

@@ -60,7 +60,7 @@ class PartyGenerators:
     def stream_seed(self, stage: str, release: int | None = None) -> int:
         if self.private:
             return private_seed()
-        return derive_seed(self.seed, "party", stage, self.party, release)
+        return derive_seed(self.seed, "party", stage, self.party, release=release)
 
     def get(self, stage: str) -> torch.Generator:
         gen = self.streams.get(stage)
