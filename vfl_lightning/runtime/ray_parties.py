@@ -197,17 +197,22 @@ class RayParties(AsyncRayMethods, Parties):
     def exchange_keys(self) -> None:
         """Relay every party's identity and signed X25519 key to all parties for a fresh run id;
         each verifies its peers before deriving pair seeds. A refused key stops the run with
-        :class:`KeyAuthenticationError` naming the party."""
+        :class:`KeyAuthenticationError`: the refusal of the lowest-numbered refusing party,
+        naming the party whose key it refused."""
         run_id = secrets.token_hex(16)
         published = self._get([a.publish_key.remote(run_id) for a in self.actors], "key setup")
         identities, relayed = self.relay([i for i, _ in published], [k for _, k in published])
         refs = [a.agree.remote(run_id, identities, relayed) for a in self.actors]
-        try:
-            self._get(refs, "key agreement")
-        except RayTaskError as error:
-            if isinstance(error.cause, KeyAuthenticationError):
-                raise KeyAuthenticationError(str(error.cause)) from None
-            raise
+        refusals = []
+        for party, ref in enumerate(refs):
+            try:
+                self.get_party(party, ref, "key agreement")
+            except RayTaskError as error:
+                if not isinstance(error.cause, KeyAuthenticationError):
+                    raise
+                refusals.append(str(error.cause))
+        if refusals:
+            raise KeyAuthenticationError(refusals[0])
 
     def relay(
         self, identities: list[bytes], keys: list[SignedPublicKey]
