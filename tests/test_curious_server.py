@@ -8,6 +8,7 @@ import json
 import logging
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from conftest import RAY_TWO_PARTIES
@@ -327,3 +328,51 @@ def test_derived_evaluation_seeds_are_fresh_per_evaluation_and_reproducible():
     assert not torch.equal(first_draw(3), first_draw(4))
     plain = torch.rand(4, generator=PartyGenerators(7, 1).get("train"))
     assert torch.equal(plain, torch.rand(4, generator=seeded_generator(7, "party", "train", 1)))
+
+
+# ----------------------------------------------------------------- private state across a resume
+class CheckPartyStreams(L.Callback):
+    """At train start every actor's continuing streams (and FedVS's replay seeds) equal those
+    saved in ``ckpt_path``: the private state came back to its party."""
+
+    def __init__(self, ckpt_path: str) -> None:
+        self.ckpt_path = ckpt_path
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        import ray
+
+        saved = torch.load(self.ckpt_path, weights_only=False)["vfl"]["parties"]["actors"]
+        now = ray.get([actor.state_dict.remote() for actor in pl_module.party_side.actors])
+        for before, after in zip(saved, now, strict=True):
+            before, after = before["generators"], after["generators"]
+            assert sorted(before) == sorted(after) and "replay_seeds" in before
+            for stream in ("train", "delays"):
+                if stream in before:
+                    assert torch.equal(before[stream], after[stream]), stream
+            assert before["replay_seeds"] == after["replay_seeds"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algo=cascade", *RAY_TWO_PARTIES, "algo.client_speeds=[1,2]"],
+        ["experiment=fedvs_digits", "data.num_parties=4", "trainer.limit_val_batches=1"],
+    ],
+    ids=["cascade", "fedvs"],
+)
+def test_private_party_streams_resume_from_the_party_state(make_cfg, ray_session, overrides):
+    common = [*overrides, "runtime=ray", "trainer.limit_train_batches=2", "test=false"]
+    first = make_cfg(*common, "trainer.max_epochs=1")
+    train(first)
+    checkpoint = Path(first.paths.output_dir) / "checkpoints" / "last.ckpt"
+    check = [f"_target_={__name__}.CheckPartyStreams", f"ckpt_path={checkpoint}"]
+    resumed = train(
+        make_cfg(
+            *common,
+            "trainer.max_epochs=2",
+            f"ckpt_path={checkpoint}",
+            *[f"+callbacks.check.{k}" for k in check],
+        )
+    )
+    assert resumed["status"] == "finished" and resumed["party_seeds"] == "private"
