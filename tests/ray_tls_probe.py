@@ -69,6 +69,7 @@ def main(run_dir: str, *overrides: str) -> None:
                 str(ROOT / "train.py"),
                 *overrides,
                 "runtime=ray",
+                "runtime.party_seeds=derived",
                 f"runtime.address={address}",
                 f"hydra.run.dir={run_dir}",
             ],

@@ -20,7 +20,7 @@ def test_ray_attack_and_defense_equal_local(make_cfg, ray_session):
         "defense=gradient_noise",
     ]
     local = train(make_cfg(*common, "runtime=local"))
-    remote = train(make_cfg(*common, "runtime=ray"))
+    remote = train(make_cfg(*common, "runtime=ray", "runtime.party_seeds=derived"))
     assert remote["model_digest"] == local["model_digest"]
     for key in ("rel_mse", "label_baseline_rel_mse", "observed_samples"):
         key = f"attack/feature_reconstruction/{key}"

@@ -322,3 +322,27 @@ def test_logged_epsilon_is_the_analysis_functions_value(make_cfg, algo):
     logged = trainer.callback_metrics
     assert logged["privacy/feature_eps"] == torch.tensor(feature_eps, dtype=torch.float32)
     assert logged["privacy/sample_eps"] == torch.tensor(sample_eps, dtype=torch.float32)
+
+
+def test_evaluation_eps_is_the_training_formula_at_the_most_released_eval_sample():
+    """Parallel composition: val and test samples are disjoint, so the evaluation ε is the
+    training formula's ε at the largest release count of one evaluation sample, whatever the
+    count of the others and of the training samples."""
+    mechanism = PBM(num_parties=2, b=2, beta=0.1)
+    accountant = accountant_for(mechanism, steps=5)
+    assert accountant.spent()["eval_feature_eps"] == 0.0
+    for _ in range(3):  # three full validation passes of 300 samples, batches of 100
+        for start in range(0, 300, 100):
+            accountant.record_evaluation("val", range(start, start + 100), 300)
+    accountant.record_evaluation("val", range(0, 100), 300)  # a sanity check's first batch
+    accountant.record_evaluation("test", range(0, 50), 50)
+    assert accountant.eval_uses == 4
+    matching = accountant_for(mechanism, steps=40)  # 40 x 100 / 1000 = 4 uses per sample
+    spent, expected = accountant.spent(), matching.spent()
+    assert spent["eval_feature_eps"] == pytest.approx(expected["feature_eps"], rel=1e-12)
+    assert spent["eval_sample_eps"] == pytest.approx(expected["sample_eps"], rel=1e-12)
+    assert spent["feature_eps"] == accountant_for(mechanism, steps=5).spent()["feature_eps"]
+    restored = accountant_for(mechanism, steps=0)
+    restored.load_state_dict(accountant.state_dict())
+    assert restored.eval_uses == 4
+    assert restored.spent() == spent

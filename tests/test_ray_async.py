@@ -45,7 +45,7 @@ from vfl_lightning.train import attach_ray_parties, build, check_runtime, train
     ],
 )
 def test_ray_refuses_what_it_does_not_run_in_one_line(make_cfg, overrides, message):
-    cfg = make_cfg(*overrides, "runtime=ray")
+    cfg = make_cfg(*overrides, "runtime=ray", "runtime.party_seeds=derived")
     with pytest.raises(ConfigError, match=message) as error:
         check_runtime(cfg)
     assert "\n" not in str(error.value)
@@ -53,7 +53,14 @@ def test_ray_refuses_what_it_does_not_run_in_one_line(make_cfg, overrides, messa
 
 def test_syn_zoo_vfl_takes_any_epoch_under_ray(make_cfg):
     """Synchronous: every client every iteration, so algo.epoch does not order anything."""
-    check_runtime(make_cfg("algo=syn_zoo_vfl", "algo.epoch=server_iterations", "runtime=ray"))
+    check_runtime(
+        make_cfg(
+            "algo=syn_zoo_vfl",
+            "algo.epoch=server_iterations",
+            "runtime=ray",
+            "runtime.party_seeds=derived",
+        )
+    )
 
 
 # ----------------------------------------------------------------- messages in arrival order
@@ -90,7 +97,9 @@ def test_messages_are_taken_as_they_arrive_with_the_local_ledger(make_cfg, ray_s
     ]
     _, local, _ = fit_with_transcript(make_cfg(*common), "local", [0, 1])
     trainer, remote, named = fit_with_transcript(
-        make_cfg(*common, "runtime=ray", "runtime.time_scale=0.01"), "ray", [0, 1]
+        make_cfg(*common, "runtime=ray", "runtime.party_seeds=derived", "runtime.time_scale=0.01"),
+        "ray",
+        [0, 1],
     )
     assert trainer.global_step == remote.wire.ledger.rounds == batches * 2
     assert remote.wire.ledger.bits == local.wire.ledger.bits
@@ -147,7 +156,11 @@ def test_dead_actor_stops_in_one_line_and_the_run_resumes_from_its_checkpoint(
     common = ["algo=cascade", *TWO_PARTIES, f"trainer.limit_train_batches={batches}"]
     common += ["algo.client_speeds=[1,2]"]
     killed, message = kill_party(
-        make_cfg, [*common, "runtime=ray", "trainer.max_epochs=2"], epoch=1, batch=1, party=0
+        make_cfg,
+        [*common, "runtime=ray", "runtime.party_seeds=derived", "trainer.max_epochs=2"],
+        epoch=1,
+        batch=1,
+        party=0,
     )
     # epoch 1, batch 1: its two iterations start at round 8 (the other party's may come first);
     # the server finds out from the query it sent, or from the previous batch's update to party 0
@@ -163,6 +176,7 @@ def test_dead_actor_stops_in_one_line_and_the_run_resumes_from_its_checkpoint(
     resumed_cfg = make_cfg(
         *common,
         "runtime=ray",
+        "runtime.party_seeds=derived",
         "trainer.max_epochs=2",
         f"ckpt_path={last(killed)}",
         *[f"+callbacks.check.{k}" for k in check],
@@ -182,7 +196,7 @@ def test_dead_actor_stops_in_one_line_and_the_run_resumes_from_its_checkpoint(
 def test_cascade_under_ray_learns_as_locally(make_cfg, ray_session):
     common = ["algo=cascade", "trainer.max_epochs=1", "callbacks.checkpoint=null"]
     local = train(make_cfg(*common))
-    remote = train(make_cfg(*common, "runtime=ray"))
+    remote = train(make_cfg(*common, "runtime=ray", "runtime.party_seeds=derived"))
     assert remote["val/acc"] >= 0.4 and remote["val/acc"] >= local["val/acc"] - 0.15, (
         remote["val/acc"],
         local["val/acc"],
@@ -197,7 +211,7 @@ def test_cascade_under_ray_learns_as_locally(make_cfg, ray_session):
 def test_other_async_algos_run_under_ray(make_cfg, ray_session, algo, extra):
     common = [f"algo={algo}", *extra, *TWO_PARTIES, "trainer.max_epochs=2"]
     common += ["trainer.limit_train_batches=3"]
-    remote = train(make_cfg(*common, "runtime=ray"))
+    remote = train(make_cfg(*common, "runtime=ray", "runtime.party_seeds=derived"))
     local = train(make_cfg(*common))
     assert remote["comm/rounds"] == local["comm/rounds"]
     assert remote["comm/uplink_mb"] == local["comm/uplink_mb"]

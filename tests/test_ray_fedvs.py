@@ -32,6 +32,7 @@ def ray_fedvs(ray_session, tmp_path_factory):
         tmp_path_factory.mktemp("ray_fedvs"),
         *FOUR_CLIENTS,
         "runtime=ray",
+        "runtime.party_seeds=derived",
         "runtime.time_scale=0.01",
         "trainer.max_steps=4",
         "trainer.limit_val_batches=1",
@@ -139,7 +140,7 @@ def test_a_dead_actor_stops_the_round_in_one_line(ray_fedvs):
 # ----------------------------------------------------------------- refusals (no Ray needed)
 @pytest.mark.parametrize("value", [0, -0.5, "fast", float("inf"), True])
 def test_time_scale_must_be_a_positive_number(make_cfg, value):
-    cfg = make_cfg("experiment=fedvs_digits", "runtime=ray")
+    cfg = make_cfg("experiment=fedvs_digits", "runtime=ray", "runtime.party_seeds=derived")
     cfg.runtime.time_scale = value
     with pytest.raises(ConfigError) as error:
         train(cfg)
@@ -154,7 +155,12 @@ def test_time_scale_must_be_a_positive_number(make_cfg, value):
 def test_dead_actor_then_resume_equals_the_straight_run(make_cfg, ray_session):
     """A round's decoded sum is exact whoever responds, so a Ray run is deterministic: the run
     resumed from the checkpoint kept when a client died ends bit-identical to the straight one."""
-    common = [*FOUR_CLIENTS, "runtime=ray", "trainer.limit_train_batches=3"]
+    common = [
+        *FOUR_CLIENTS,
+        "runtime=ray",
+        "runtime.party_seeds=derived",
+        "trainer.limit_train_batches=3",
+    ]
     common += ["trainer.limit_val_batches=1", "algo.max_simulated_s=null", "trainer.max_epochs=2"]
     straight = make_cfg(*common)
     expected = train(straight)
@@ -176,7 +182,7 @@ def test_baselines_under_ray_keep_the_local_clock_and_uplink_what_arrived(
 ):
     common = [*FOUR_CLIENTS, f"algo={algo}", "trainer.max_epochs=1"]
     common += ["trainer.limit_train_batches=4", "trainer.limit_val_batches=1"]
-    remote = train(make_cfg(*common, "runtime=ray"))
+    remote = train(make_cfg(*common, "runtime=ray", "runtime.party_seeds=derived"))
     local = train(make_cfg(*common))
     assert remote["time/simulated_s"] == local["time/simulated_s"]
     assert math.isfinite(remote["train/loss_epoch"]) and 0 <= remote["val/acc"] <= 1
@@ -196,7 +202,9 @@ def test_baselines_under_ray_keep_the_local_clock_and_uplink_what_arrived(
 
 @pytest.mark.slow
 def test_wait_dp_clients_add_the_calibrated_noise_themselves(ray_session, tmp_path):
-    cfg = compose_config(tmp_path, *FOUR_CLIENTS, "algo=fedvs_wait_dp", "runtime=ray")
+    cfg = compose_config(
+        tmp_path, *FOUR_CLIENTS, "algo=fedvs_wait_dp", "runtime=ray", "runtime.party_seeds=derived"
+    )
     L.seed_everything(cfg.seed, workers=True)
     datamodule, module = build(cfg)
     attach_ray_parties(cfg, module)

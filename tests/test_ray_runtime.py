@@ -106,7 +106,7 @@ def test_ray_refuses_a_protocol_that_runs_only_locally_in_one_line(make_cfg, mon
     from vfl_lightning.algorithms.sync import SyncVFL
 
     monkeypatch.setattr(SyncVFL, "RUNTIMES", ("local",))
-    cfg = make_cfg("algo=npq", "runtime=ray")
+    cfg = make_cfg("algo=npq", "runtime=ray", "runtime.party_seeds=derived")
     with pytest.raises(
         ConfigError, match=r"^algo=npq does not run in the Ray runtime \(it runs on local\)"
     ) as error:
@@ -121,12 +121,12 @@ def test_ray_refuses_a_protocol_that_runs_only_locally_in_one_line(make_cfg, mon
 
 
 def test_unknown_runtime_and_ddp_with_ray_are_refused(make_cfg):
-    cfg = make_cfg("runtime=ray")
+    cfg = make_cfg("runtime=ray", "runtime.party_seeds=derived")
     cfg.runtime.name = "mpi"
     with pytest.raises(ConfigError, match=r"runtime must be one of \('local', 'ray'\), got 'mpi'"):
         train(cfg)
     with pytest.raises(ConfigError, match="runtime=ray runs one server process"):
-        train(make_cfg("runtime=ray", "trainer=ddp"))
+        train(make_cfg("runtime=ray", "runtime.party_seeds=derived", "trainer=ddp"))
 
 
 def test_bad_party_resources_are_named():
@@ -148,7 +148,7 @@ def test_ray_equals_local_bit_for_bit_pbm(make_cfg, ray_session):
     """Same seed: identical model_digest, ledger and metrics; the ray run really serialized."""
     common = ["algo=pbm", *TWO_PARTIES, "trainer.max_epochs=1", "trainer.limit_train_batches=6"]
     local_cfg = make_cfg(*common, "runtime=local")
-    ray_cfg = make_cfg(*common, "runtime=ray")
+    ray_cfg = make_cfg(*common, "runtime=ray", "runtime.party_seeds=derived")
     local, remote = train(local_cfg), train(ray_cfg)
     assert (local["runtime"], remote["runtime"]) == ("local", "ray")
     assert len(local["model_digest"]) == 64
@@ -172,7 +172,10 @@ def test_ray_equals_local_for_the_sync_family(make_cfg, ray_session, algo):
     steps = ["algo.local_steps=2"] if algo.startswith("fed") and algo != "fedsgd" else []
     common = [f"algo={algo}", *steps, *TWO_PARTIES, "trainer.max_epochs=2"]
     common += ["trainer.limit_train_batches=3"]
-    local_cfg, ray_cfg = make_cfg(*common, "runtime=local"), make_cfg(*common, "runtime=ray")
+    local_cfg, ray_cfg = (
+        make_cfg(*common, "runtime=local"),
+        make_cfg(*common, "runtime=ray", "runtime.party_seeds=derived"),
+    )
     local, remote = train(local_cfg), train(ray_cfg)
     assert remote["model_digest"] == local["model_digest"]
     assert ledger(ray_cfg) == ledger(local_cfg)
@@ -183,7 +186,13 @@ def test_ray_equals_local_for_the_sync_family(make_cfg, ray_session, algo):
 def test_dead_actor_stops_in_one_line_and_the_checkpoint_resumes_to_the_straight_run(
     make_cfg, ray_session
 ):
-    common = ["algo=pbm", "runtime=ray", *TWO_PARTIES, "trainer.limit_train_batches=4"]
+    common = [
+        "algo=pbm",
+        "runtime=ray",
+        "runtime.party_seeds=derived",
+        *TWO_PARTIES,
+        "trainer.limit_train_batches=4",
+    ]
     common += ["trainer.max_epochs=2"]
     straight = make_cfg(*common)
     expected = train(straight)
@@ -233,6 +242,7 @@ def test_two_node_cluster_on_localhost(make_cfg, tmp_path):
         cluster = make_cfg(
             *common,
             "runtime=ray",
+            "runtime.party_seeds=derived",
             "runtime.address=auto",
             "~runtime.party_resources",
             "+runtime.party_resources=[{resources: {node_a: 1}}, {resources: {node_b: 1}}]",
@@ -260,4 +270,4 @@ def test_runtime_ray_without_ray_installed_says_how_to_install_it(make_cfg, monk
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     with pytest.raises(ConfigError, match=r"^runtime=ray needs Ray, which is not installed: pip"):
-        start_ray(make_cfg("runtime=ray"))
+        start_ray(make_cfg("runtime=ray", "runtime.party_seeds=derived"))

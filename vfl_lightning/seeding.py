@@ -66,16 +66,28 @@ def splitmix64_int(x: int) -> int:
     return z ^ (z >> 31)
 
 
-def derive_seed(seed: int, role: str, stream: str, party: int | None = None, index: int = 0) -> int:
+def derive_seed(
+    seed: int,
+    role: str,
+    stream: str,
+    party: int | None = None,
+    index: int = 0,
+    *,
+    release: int | None = None,
+) -> int:
     """The seed of ``role``'s generator of ``stream`` in the run seeded by ``seed`` (``party``:
     the party's index, for ``role='party'`` only; ``index``: which generator of a numbered
-    stream of :data:`SPECIAL_STREAMS`, 0 for the others).
+    stream of :data:`SPECIAL_STREAMS`, 0 for the others; ``release``: an evaluation's first
+    release round, see ``mechanisms.base.begin_evaluation``, so every evaluation draws fresh
+    noise).
 
     Server: ``seed * 1_000_003 + 7919 * offset + 17`` with the stream's offset
     (:data:`STREAM_OFFSETS`); party m: that number mixed with m + 1 through splitmix64, so no two
-    parties share a stream; the streams of :data:`SPECIAL_STREAMS` keep their own recipe.
-    Derived randomness only: a party's private randomness (what no other party may reproduce)
-    must never pass through this function.
+    parties share a stream; the streams of :data:`SPECIAL_STREAMS` keep their own recipe. With
+    ``release``, that seed is mixed with release + 1 the same way (release rounds are unique
+    across epochs, stages and resumes, hence so are evaluation seeds). Derived randomness only:
+    a party's private randomness (what no other party may reproduce) must never pass through
+    this function.
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
@@ -83,6 +95,13 @@ def derive_seed(seed: int, role: str, stream: str, party: int | None = None, ind
         raise ValueError(f"party must be given for role='party' only, got {party!r} for {role!r}")
     if party is not None and (isinstance(party, bool) or not isinstance(party, int) or party < 0):
         raise ValueError(f"party must be an integer >= 0, got {party!r}")
+    if release is not None:
+        if isinstance(release, bool) or not isinstance(release, int) or release < 0:
+            raise ValueError(f"release must be an integer >= 0, got {release!r}")
+        stream_seed = derive_seed(seed, role, stream, party, index)
+        return splitmix64_int(splitmix64_int(stream_seed) ^ splitmix64_int(release + 1)) & (
+            2**63 - 1
+        )
     special = SPECIAL_STREAMS.get((role, stream))
     if special is not None:
         return int(seed) * special[0] + special[1] + int(index)
@@ -104,8 +123,9 @@ def seeded_generator(
     stream: str,
     party: int | None = None,
     device: torch.device | str = "cpu",
+    release: int | None = None,
 ) -> torch.Generator:
     """A torch generator on ``device`` seeded with :func:`derive_seed`."""
     generator = torch.Generator(device=device)
-    generator.manual_seed(derive_seed(seed, role, stream, party))
+    generator.manual_seed(derive_seed(seed, role, stream, party, release=release))
     return generator

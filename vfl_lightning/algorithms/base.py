@@ -126,6 +126,7 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         )
         self._generators: dict[str, torch.Generator] = {}
         self._pending_generator_state: torch.Tensor | None = None
+        self._eval_releases: dict[str, int] = {}
         self._epoch_aggregates: dict[str, tuple[list, list[float], str]] = {}
         self._epoch_predictions: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._epoch_metrics_logged = False

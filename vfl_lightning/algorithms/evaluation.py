@@ -22,38 +22,38 @@ class Evaluation(L.LightningModule):
     def generator(self, stage: str) -> torch.Generator:
         """The seeded generator of ``stage`` on this module's device.
 
-        The training stream is saved in checkpoints; evaluation streams restart from the same seed
-        at every evaluation epoch, so evaluation never shifts training randomness.
+        The training stream is saved in checkpoints; an evaluation stream starts afresh at every
+        evaluation, from a seed of its first release round (unique in the run), so evaluation
+        never shifts training randomness and never repeats its noise.
         """
         gen = self._generators.get(stage)
         if gen is None or gen.device != self.device:
-            gen = seeded_generator(self.seed, "server", stage, device=self.device)
+            release = self._eval_releases.get(stage)
+            gen = seeded_generator(self.seed, "server", stage, device=self.device, release=release)
             if stage == "train" and self._pending_generator_state is not None:
                 gen.set_state(self._pending_generator_state)
                 self._pending_generator_state = None
             self._generators[stage] = gen
         return gen
 
-    def _restart_eval_generator(self, stage: str) -> None:
-        self._generators.pop(stage, None)
-
     def _start_evaluation(self, stage: str) -> None:
+        """Reset the stage's metrics; every generator of the stage (the module's, each party's)
+        starts afresh for this evaluation's first release round."""
         self._eval_losses.clear()
         self._eval_clean = False
         for metrics in (getattr(self, f"{stage}_metrics"), self.clean_metrics[stage]):
             metrics.reset()
+        stream = self.release_stream(stage)
+        release = self.mechanism.begin_evaluation(stream, self.wire.ledger.rounds)
+        self._eval_releases[stage] = release
+        self._generators.pop(stage, None)
+        self.party_side.restart_stream(stage, release)
 
     def on_validation_epoch_start(self) -> None:
         self._start_evaluation("val")
-        self._restart_eval_generator("val")
-        self.party_side.restart_stream("val")
-        self.mechanism.begin_evaluation(self.release_stream("val"), self.wire.ledger.rounds)
 
     def on_test_epoch_start(self) -> None:
         self._start_evaluation("test")
-        self._restart_eval_generator("test")
-        self.party_side.restart_stream("test")
-        self.mechanism.begin_evaluation("test", self.wire.ledger.rounds)
 
     # ----------------------------------------------------------------- evaluation
     def release_stream(self, stage: str) -> str:
@@ -80,9 +80,12 @@ class Evaluation(L.LightningModule):
 
         Evaluation is perturbed when a noisy mechanism (PBM, LDP) applies at evaluation; its
         accuracy is then also logged as ``{stage}/acc_clean`` beside the deployed ``{stage}/acc``.
-        No randomness is drawn, so the evaluation noise stream is unchanged.
+        ``None`` when the parties are not in this process (``runtime=ray``): the server must not
+        see the clean sum, and its own copies of the party models are stale. No randomness is drawn, so the evaluation noise stream is unchanged.
         """
         if not (self.mechanism.noisy and self.mechanism.apply_at_eval):
+            return None
+        if not self.party_side.in_server_process:
             return None
         fused = fuse_tensors(self.embed(xs), self.mechanism.fusion)
         return self.server_fuse(fused, self.own_embedding(xs))

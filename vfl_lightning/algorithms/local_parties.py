@@ -118,9 +118,9 @@ class LocalParties(Parties):
         for opt in party_opts:
             scale_lr(opt.optimizer, factor)
 
-    def restart_stream(self, stage):
+    def restart_stream(self, stage, release):
         for gens in self.generators:
-            gens.restart(stage)
+            gens.restart(stage, release)
 
     def named_parameters(self):
         return [(f"parties.{name}", p) for name, p in self.module.parties.named_parameters()]

@@ -5,36 +5,81 @@ generators; the local parties and the Ray transport implement it."""
 from __future__ import annotations
 
 import hashlib
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 
 import torch
 
 from vfl_lightning.algorithms.zoo import ZooSettings
-from vfl_lightning.seeding import seeded_generator
+from vfl_lightning.seeding import derive_seed
 
 CONTINUING_STREAMS = ("train", "delays")
 """Party streams that continue across checkpoints (the others restart at every evaluation)."""
 
+PARTY_SEEDS = ("private", "derived")
+"""Where a party's stream seeds come from: ``private``, entropy drawn inside the party's process
+(``secrets``) that never leaves it; ``derived``, :func:`~vfl_lightning.seeding.derive_seed` of the
+run's seed (reproducible, and known to whoever holds the config)."""
+
+
+def private_seed() -> int:
+    """A 63-bit generator seed from the operating system's randomness (``secrets``)."""
+    return secrets.randbits(63)
+
 
 class PartyGenerators:
     """One party's generators: ``train`` (and ``delays``, Ray's work delays, once used) continue
-    across checkpoints, every evaluation stage restarts from its seed at :meth:`restart`
-    (evaluation never shifts training randomness)."""
+    across checkpoints; an evaluation stage's stream starts afresh at every :meth:`restart`
+    (evaluation never shifts training randomness, and never repeats its noise).
 
-    def __init__(self, seed: int, party: int, device: torch.device | str = "cpu") -> None:
+    ``party_seeds='derived'``: every seed is ``derive_seed(seed, 'party', stream, party)``, an
+    evaluation's with its first release round mixed in. ``'private'``: every seed is
+    :func:`private_seed`, drawn here (a fresh one per evaluation) and never sent anywhere; the
+    continuing streams' states and the replayed streams' seeds (:meth:`replay`) are part of
+    :meth:`state_dict`, which the party keeps.
+    """
+
+    def __init__(
+        self,
+        seed: int,
+        party: int,
+        device: torch.device | str = "cpu",
+        *,
+        party_seeds: str = "derived",
+    ) -> None:
+        if party_seeds not in PARTY_SEEDS:
+            raise ValueError(f"party_seeds must be one of {PARTY_SEEDS}, got {party_seeds!r}")
         self.seed, self.party, self.device = int(seed), int(party), torch.device(device)
+        self.private = party_seeds == "private"
         self.streams: dict[str, torch.Generator] = {}
         self._pending_states: dict[str, torch.Tensor] = {}
+        self._releases: dict[str, int] = {}
+        self._replay_seeds: dict[str, int] = {}
+
+    def stream_seed(self, stage: str, release: int | None = None) -> int:
+        if self.private:
+            return private_seed()
+        return derive_seed(self.seed, "party", stage, self.party, release=release)
 
     def get(self, stage: str) -> torch.Generator:
         gen = self.streams.get(stage)
         if gen is None:
-            gen = seeded_generator(self.seed, "party", stage, self.party, self.device)
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(self.stream_seed(stage, self._releases.get(stage)))
             pending = self._pending_states.pop(stage, None)
             if pending is not None:
                 gen.set_state(pending)
             self.streams[stage] = gen
+        return gen
+
+    def replay(self, stage: str) -> torch.Generator:
+        """A new generator of ``stage`` from the same seed at every call, for the whole run
+        (FedVS's data shares, re-sent identical after a resume)."""
+        if stage not in self._replay_seeds:
+            self._replay_seeds[stage] = self.stream_seed(stage)
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(self._replay_seeds[stage])
         return gen
 
     def move(self, device: torch.device) -> None:
@@ -43,22 +88,38 @@ class PartyGenerators:
             self.device = device
             self.streams.clear()
 
-    def restart(self, stage: str) -> None:
+    def restart(self, stage: str, release: int) -> None:
+        """Start evaluation ``stage`` afresh: the evaluation whose first release round is
+        ``release`` (unique in the run) gets its own seed."""
         self.streams.pop(stage, None)
+        self._releases[stage] = int(release)
 
     def state_dict(self) -> dict:
         state = {"train": self.get("train").get_state()}
         for stage in CONTINUING_STREAMS[1:]:
             if stage in self.streams or stage in self._pending_states:
                 state[stage] = self.get(stage).get_state()
+        if self.private:
+            state["replay_seeds"] = dict(self._replay_seeds)
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state``; a state written under the other ``party_seeds`` (a private
+        state carries ``replay_seeds``) is refused: derived streams resumed as private would stay
+        known to whoever holds the config."""
+        saved = "private" if "replay_seeds" in state else "derived"
+        if saved != ("private" if self.private else "derived"):
+            raise ValueError(
+                f"this checkpoint's party streams were drawn with runtime.party_seeds={saved}: "
+                f"resume it with runtime.party_seeds={saved}"
+            )
         for stage in CONTINUING_STREAMS:
             self.streams.pop(stage, None)
             self._pending_states.pop(stage, None)
             if stage in state:
                 self._pending_states[stage] = state[stage]
+        if self.private:
+            self._replay_seeds = dict(state.get("replay_seeds", {}))
 
 
 def tensor_digest(named: Sequence[tuple[str, torch.Tensor]]):
@@ -81,6 +142,9 @@ class Parties(ABC):
     """
 
     name = "parties"
+    in_server_process = True
+    """Whether the party models live in the server's process (the local simulation), so the
+    server may compute the clean embeddings behind a noisy evaluation (``acc_clean``)."""
 
     @abstractmethod
     def send(
@@ -145,8 +209,9 @@ class Parties(ABC):
         """Set every party optimizer's lr to its initial lr times ``factor``."""
 
     @abstractmethod
-    def restart_stream(self, stage: str) -> None:
-        """Restart every party's generator of evaluation ``stage`` from its seed."""
+    def restart_stream(self, stage: str, release: int) -> None:
+        """Start every party's generator of evaluation ``stage`` afresh for the evaluation whose
+        first release round is ``release`` (see :class:`PartyGenerators`)."""
 
     @abstractmethod
     def named_parameters(self) -> list[tuple[str, torch.Tensor]]:

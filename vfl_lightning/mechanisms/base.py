@@ -179,12 +179,18 @@ class Mechanism(ABC):
         """Encode and fuse in one go (evaluation; no wire accounting)."""
         return self.fuse(self.encode(embeddings, generator=generator, round=round))
 
-    def begin_evaluation(self, stream: str, training_round: int) -> None:
+    def begin_evaluation(self, stream: str, training_round: int) -> int:
         """Start an evaluation of ``stream`` at ``training_round``: its releases continue from
-        max(current count, training_round << 24), so they stay unique across a resume."""
+        max(current count, training_round << 24), so they stay unique across a resume. Returns
+        the evaluation's first release round, unique in the run (it seeds the evaluation's noise;
+        without ``apply_at_eval`` the round is reserved all the same)."""
         self._check_stream(stream)
         floor = int(training_round) << EVALUATION_SHIFT
         self.eval_releases[stream] = max(self.eval_releases[stream], floor)
+        first = release_round(stream, self.eval_releases[stream])
+        if not self.apply_at_eval:
+            self.eval_releases[stream] += 1
+        return first
 
     def _check_stream(self, stream: str) -> None:
         if stream not in self.eval_releases:

@@ -1,4 +1,5 @@
-"""Privacy accountant for PBM-VFL and its LDP baseline: records training releases, reports (ε, δ).
+"""Privacy accountant for PBM-VFL and its LDP baseline: records training and evaluation releases,
+reports (ε, δ).
 
 Every formula is in :mod:`vfl_lightning.privacy.analysis`; this object keeps history and state.
 """
@@ -67,8 +68,17 @@ class PrivacyAccountant:
     (parallel composition), so a sample's privacy loss composes over its expected number of uses
     T·B/N = (samples released so far) / N, with no subsampling amplification (every party knows
     which samples are in a batch). Feature ε protects one party's embedding of a sample; sample ε
-    protects all M embeddings of a sample. Validation/test releases touch other samples and are
-    not counted. The conversion to (ε, δ) is dp_accounting's, minimized over ``orders``.
+    protects all M embeddings of a sample. The conversion to (ε, δ) is dp_accounting's,
+    minimized over ``orders``.
+
+    Evaluation releases (:meth:`record_evaluation`) are accounted apart: a validation or test
+    batch releases each of its samples' noisy embedding sum once, with fresh noise (every
+    evaluation draws its own). Validation and test samples are disjoint from the training samples
+    and from each other, so by parallel composition the evaluation ε is that of the most-released
+    evaluation sample: the same formula at ``eval_uses`` = the largest number of releases of one
+    validation or test sample (a validation sample is released once per validation epoch, the
+    sanity check included; a test sample once per test). It is reported beside the training ε
+    (``eval_feature_eps``), not added to it: no sample is in both.
     """
 
     def __init__(
@@ -95,7 +105,8 @@ class PrivacyAccountant:
         self.mechanism_state = {"name": type(mechanism).__name__, **mechanism.state_dict()}
         self.samples_released = 0
         self.epoch_history: list[int] = []
-        self._spent: tuple[int, dict[str, float]] | None = None
+        self.eval_counts: dict[str, np.ndarray] = {}
+        self._spent: tuple[tuple[int, int], dict[str, float]] | None = None
 
     def record(self, batch_size: int) -> None:
         """One training step released the fused embeddings of ``batch_size`` samples."""
@@ -105,10 +116,36 @@ class PrivacyAccountant:
         """Remember the cumulative count at the end of an epoch."""
         self.epoch_history.append(self.samples_released)
 
+    def record_evaluation(self, split: str, indices, split_size: int) -> None:
+        """One evaluation batch of ``split`` (val, test) released samples ``indices`` (indices
+        into that split of ``split_size`` samples) once each."""
+        counts = self.eval_counts.get(split)
+        if counts is None or len(counts) != int(split_size):
+            counts = self.eval_counts[split] = np.zeros(int(split_size), dtype=np.int64)
+        np.add.at(counts, np.asarray(indices, dtype=np.int64), 1)
+
     @property
     def uses(self) -> float:
         """Expected releases of one training sample so far: T·B/N."""
         return self.samples_released / self.num_samples
+
+    @property
+    def eval_uses(self) -> int:
+        """Releases of the most-released validation or test sample so far."""
+        return max((int(counts.max()) for counts in self.eval_counts.values()), default=0)
+
+    def eval_epsilon(self, level: str) -> tuple[float, float]:
+        """(ε, optimal α) of the evaluation releases at ``delta``; (0, nan) before any."""
+        if self.eval_uses == 0:
+            return 0.0, float("nan")
+        rdp = composed_rdp(
+            self.mechanism,
+            level,
+            orders=self.orders,
+            embedding_dim=self.embedding_dim,
+            uses=self.eval_uses,
+        )
+        return rdp_to_dp(orders=self.orders, rdp=rdp, delta=self.delta)
 
     def rdp(self, level: str) -> np.ndarray:
         """The composed RDP curve over ``orders`` for ``level`` 'feature' or 'sample'."""
@@ -127,9 +164,11 @@ class PrivacyAccountant:
         return rdp_to_dp(orders=self.orders, rdp=self.rdp(level), delta=self.delta)
 
     def spent(self) -> dict[str, float]:
-        """Feature and sample ε at δ and the optimal α of the feature ε (computed once per
-        count of released samples: the epoch's log, curve.csv and results.json ask for it)."""
-        if self._spent is None or self._spent[0] != self.samples_released:
+        """Feature and sample ε at δ, the optimal α of the feature ε, and the evaluation
+        releases' feature and sample ε (computed once per count of released samples: the epoch's
+        log, curve.csv and results.json ask for it)."""
+        key = (self.samples_released, self.eval_uses)
+        if self._spent is None or self._spent[0] != key:
             feature_eps, feature_alpha = self.epsilon("feature")
             sample_eps, sample_alpha = self.epsilon("sample")
             values = {
@@ -137,8 +176,10 @@ class PrivacyAccountant:
                 "sample_eps": sample_eps,
                 "alpha": feature_alpha,
                 "sample_alpha": sample_alpha,
+                "eval_feature_eps": self.eval_epsilon("feature")[0],
+                "eval_sample_eps": self.eval_epsilon("sample")[0],
             }
-            self._spent = (self.samples_released, values)
+            self._spent = (key, values)
         return dict(self._spent[1])
 
     def _identity(self) -> dict:
@@ -155,6 +196,7 @@ class PrivacyAccountant:
             **self._identity(),
             "samples_released": self.samples_released,
             "epoch_history": list(self.epoch_history),
+            "eval_counts": {split: c.tolist() for split, c in self.eval_counts.items()},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -166,3 +208,7 @@ class PrivacyAccountant:
             )
         self.samples_released = int(state["samples_released"])
         self.epoch_history = [int(n) for n in state["epoch_history"]]
+        self.eval_counts = {
+            split: np.asarray(counts, dtype=np.int64)
+            for split, counts in state.get("eval_counts", {}).items()
+        }

@@ -1,6 +1,7 @@
 """Lightning callback that runs the privacy accountant during training (algo=pbm, algo=ldp).
 
-Logs privacy/feature_eps, privacy/sample_eps and the optimal α each epoch; saved in checkpoints.
+Logs privacy/feature_eps, privacy/sample_eps, the optimal α and the evaluation releases'
+privacy/eval_feature_eps each epoch; saved in checkpoints.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from vfl_lightning.privacy.analysis import DEFAULT_ORDERS
 
 class PrivacyCallback(L.Callback):
     """Builds a :class:`PrivacyAccountant` for the module's mechanism at fit start, records every
-    training batch as one release of its samples, and logs the spent ε at ``delta`` per epoch.
+    training batch as one release of its samples and every validation or test batch (sanity
+    check included, when evaluation goes through the mechanism) as one evaluation release of its
+    samples, and logs the spent ε at ``delta`` per epoch (evaluation ε apart, see
+    :class:`PrivacyAccountant`).
 
     Its state travels in the checkpoint (Lightning stores callback ``state_dict``s), so a resumed
     run continues the count instead of restarting from zero; a checkpoint written for another
@@ -45,6 +49,18 @@ class PrivacyCallback(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.accountant.record(int(batch[1].shape[0]))
 
+    def _record_evaluation(self, trainer, pl_module, batch, split: str) -> None:
+        if self.accountant is None or not pl_module.mechanism.apply_at_eval:
+            return
+        indices = batch[2].detach().to("cpu").numpy()
+        self.accountant.record_evaluation(split, indices, len(trainer.datamodule.splits[split]))
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *_) -> None:
+        self._record_evaluation(trainer, pl_module, batch, "val")
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *_) -> None:
+        self._record_evaluation(trainer, pl_module, batch, "test")
+
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.accountant.end_epoch()
         spent = self.accountant.spent()
@@ -53,6 +69,7 @@ class PrivacyCallback(L.Callback):
                 "privacy/feature_eps": spent["feature_eps"],
                 "privacy/sample_eps": spent["sample_eps"],
                 "privacy/alpha": spent["alpha"],
+                "privacy/eval_feature_eps": spent["eval_feature_eps"],
             },
             on_step=False,
             on_epoch=True,
@@ -70,6 +87,9 @@ class PrivacyCallback(L.Callback):
             "privacy/sample_alpha": spent["sample_alpha"],
             "privacy/delta": self.delta,
             "privacy/uses_per_sample": self.accountant.uses,
+            "privacy/eval_feature_eps": spent["eval_feature_eps"],
+            "privacy/eval_sample_eps": spent["eval_sample_eps"],
+            "privacy/eval_uses_per_sample": self.accountant.eval_uses,
         }
 
     def state_dict(self) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 from hydra.utils import get_class
 from omegaconf import DictConfig
 
+from vfl_lightning.algorithms.parties import PARTY_SEEDS
 from vfl_lightning.errors import ConfigError
 
 RUNTIMES = ("local", "ray")
@@ -93,6 +94,7 @@ def check_runtime(cfg: DictConfig) -> None:
     name = runtime_name(cfg)
     if name not in RUNTIMES:
         raise ConfigError(f"runtime must be one of {RUNTIMES}, got {name!r}")
+    party_seeds(cfg)
     if name == "local":
         return
     algo = get_class(cfg.algo._target_)
@@ -109,6 +111,21 @@ def check_runtime(cfg: DictConfig) -> None:
             "runtime=ray runs one server process: use trainer.strategy=auto and "
             f"trainer.num_nodes=1 (got strategy {strategy!r}); scale out with more party actors"
         )
+
+
+def party_seeds(cfg: DictConfig) -> str:
+    """``runtime.party_seeds``: ``private`` (entropy drawn inside each party actor) or
+    ``derived`` (from the run's seed); runtime=local is always derived."""
+    runtime = cfg.get("runtime") or {}
+    value = runtime.get("party_seeds", "derived")
+    if value not in PARTY_SEEDS:
+        raise ConfigError(f"runtime.party_seeds must be one of {PARTY_SEEDS}, got {value!r}")
+    if value == "private" and runtime_name(cfg) != "ray":
+        raise ConfigError(
+            "runtime.party_seeds=private needs runtime=ray (runtime=local simulates every party "
+            "in one process from the run's seed: its party seeds are always derived)"
+        )
+    return value
 
 
 def check_ray_options(algo_class: type, algo) -> None:

@@ -3,12 +3,18 @@ parties into actors built by the run's party factory, and disconnect what this r
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 from omegaconf import DictConfig, OmegaConf
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.errors import ConfigError
-from vfl_lightning.run.checks import check_time_scale
+from vfl_lightning.run.checks import check_time_scale, party_seeds
+from vfl_lightning.runtime.party_trust import PartyTrust
+
+log = logging.getLogger(__name__)
 
 
 def start_ray(cfg: DictConfig) -> bool:
@@ -36,6 +42,26 @@ def stop_ray() -> None:
     ray.shutdown()
 
 
+def party_trust(cfg: DictConfig) -> PartyTrust:
+    """The run's :class:`PartyTrust` from ``runtime.party_seeds``, ``runtime.party_dir``
+    (made absolute: the actors may run in another working directory) and
+    ``runtime.known_parties``."""
+    party_dir = cfg.runtime.get("party_dir")
+    known = cfg.runtime.get("known_parties")
+    if OmegaConf.is_config(known):
+        known = OmegaConf.to_container(known, resolve=True)
+    if known is not None and not isinstance(known, dict):
+        raise ConfigError(
+            f"runtime.known_parties must be a mapping {{party index: 64 hex digits}} or null, "
+            f"got {known!r}"
+        )
+    return PartyTrust(
+        party_seeds=party_seeds(cfg),
+        party_dir=None if party_dir is None else str(Path(party_dir).resolve()),
+        known_parties=known,
+    )
+
+
 def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
     """Move the parties of ``module`` into Ray actors built by the run's :class:`PartyFactory`;
     the server's mechanism keeps no secure-aggregation pair seed."""
@@ -44,11 +70,19 @@ def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
     resources = cfg.runtime.get("party_resources")
     if OmegaConf.is_config(resources):
         resources = OmegaConf.to_container(resources, resolve=True)
+    trust = party_trust(cfg)
+    if trust.party_seeds == "derived":
+        log.warning(
+            "runtime.party_seeds=derived: every party's noise (PBM counts, LDP noise, ZOO "
+            "directions, FedVS shares) is derived from the run's seed and known to whoever holds "
+            "the config; runtime.party_seeds=private keeps it inside each party"
+        )
     parties = ray_parties(
         module,
         PartyFactory.from_config(cfg),
         time_scale=check_time_scale(cfg.runtime.get("time_scale")),
         party_resources=resources,
+        trust=trust,
         ledger=module.wire.ledger,
         round_fn=lambda: module.wire.ledger.rounds,
         device_fn=lambda: module.device,

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.party_factory import chosen_configs
 from vfl_lightning.checkpoints import LastCheckpoint
-from vfl_lightning.run.checks import runtime_name
+from vfl_lightning.run.checks import party_seeds, runtime_name
 
 
 def scalar(value) -> float | int | str | None:
@@ -50,6 +50,7 @@ def finished_results(
         "active_party": module.server_party is not None,
         "seed": cfg.seed,
         "runtime": runtime_name(cfg),
+        "party_seeds": party_seeds(cfg),
         "model_digest": module.model_digest(),
         "epochs": int(trainer.current_epoch),
         "global_step": int(trainer.global_step),

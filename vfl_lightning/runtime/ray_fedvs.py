@@ -17,9 +17,9 @@ from vfl_lightning.algorithms.party_updates import cut_layer_update
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec, data_bound
 from vfl_lightning.mechanisms.field import field_matmul
+from vfl_lightning.runtime.party_trust import PartyTrust
 from vfl_lightning.runtime.ray_parties import PartyActor, RayParties
 from vfl_lightning.runtime.transport import serialized_bytes
-from vfl_lightning.seeding import seeded_generator
 
 
 class FedVSPartyActor(PartyActor):
@@ -36,18 +36,24 @@ class FedVSPartyActor(PartyActor):
     phase, except the coded embeddings past the first R (they only read the exchange's shares,
     which they were computed from before sleeping) and the plain embeddings Ignore leaves out.
     Masks and stochastic rounding use the client's own seeded generators: the ``train`` stream
-    (checkpointed) for model shares, ``fedvs_data`` (restarted from the seed, so a resumed run
-    re-sends the very same data shares) for data shares.
+    (checkpointed) for model shares, ``fedvs_data`` (replayed from its seed, kept in the party's
+    state under ``party_seeds=private``, so a resumed run re-sends the very same data shares) for
+    data shares.
     """
 
     def __init__(
-        self, factory: PartyFactory, party: int, num_threads: int, code: dict, dp: WaitDP | None
+        self,
+        factory: PartyFactory,
+        party: int,
+        num_threads: int,
+        trust: PartyTrust,
+        code: dict,
+        dp: WaitDP | None,
     ) -> None:
-        super().__init__(factory, party, num_threads)
+        super().__init__(factory, party, num_threads, trust)
         self.codec = FedVSCodec(**code)
         self.dp = dp
         self.num_clients = self.codec.num_clients
-        self.seed = factory.seed
         self.peers: list = []
         self.data_inbox: dict[int, torch.Tensor] = {}
         self.model_inbox: dict[int, dict[int, torch.Tensor]] = {}
@@ -118,7 +124,7 @@ class FedVSPartyActor(PartyActor):
         other client; returns (bits of one share, serialized bytes sent)."""
         with torch.no_grad():
             features = self.model.power_features(self.features["train"])
-        generator = seeded_generator(self.seed, "party", "fedvs_data", self.party, self.device)
+        generator = self.generators.replay("fedvs_data")
         shares = self.codec.client_data_shares(features, generator=generator).cpu()
         sent = self._send_to_peers("receive_data_share", shares)
         await self._keep(self.data_inbox, self.party, shares[self.party])
@@ -242,7 +248,7 @@ class RayFedVSParties(RayParties, FedVSParties):
             "weight_bound": codec.weight_bound,
         }
         actor = ray.remote(FedVSPartyActor).options(**options)
-        return actor.remote(factory, party, threads, code, self.dp)
+        return actor.remote(factory, party, threads, self.trust, code, self.dp)
 
     def _gather(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
         """Every reply, in order, each taken as it arrives: a dead actor is named at once even

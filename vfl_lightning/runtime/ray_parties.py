@@ -3,13 +3,14 @@ model, optimizer and generators, and encodes its messages with the same ``mechan
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Sequence
 
 import ray
 import torch
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
-from vfl_lightning.algorithms.parties import Parties, PartyGenerators
+from vfl_lightning.algorithms.parties import Parties, PartyGenerators, private_seed
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.algorithms.party_updates import (
     PartyOptimization,
@@ -17,8 +18,9 @@ from vfl_lightning.algorithms.party_updates import (
     plain_backward,
 )
 from vfl_lightning.errors import ConfigError, PartyLost
-from vfl_lightning.mechanisms.keys import fresh_private_key, party_pair_seeds, public_bytes
+from vfl_lightning.mechanisms.identity import KeyAuthenticationError, SignedPublicKey
 from vfl_lightning.optim import scale_lr
+from vfl_lightning.runtime.party_trust import PartyKeys, PartyTrust
 from vfl_lightning.runtime.ray_async import AsyncPartyMethods, AsyncRayMethods
 from vfl_lightning.runtime.transport import serialized_bytes, wire_dtype
 
@@ -32,13 +34,18 @@ class PartyActor(AsyncPartyMethods):
     The factory builds the data module from the same data config and partition and keeps only
     this party's slice of each split (no labels, no other party's columns); builds the party
     models in the driver's order under the run's seed and keeps its own (so initial parameters
-    equal the local runtime's); builds its optimizer and mechanism. The actor makes a fresh
-    X25519 key. Updates go through the same party-side code as the local parties
+    equal the local runtime's); builds its optimizer and mechanism. ``trust``: where its stream
+    seeds come from (``party_seeds=private``: drawn here, never sent; then torch's global
+    generator is reseeded the same way once the model is built) and its keys
+    (:class:`~vfl_lightning.runtime.party_trust.PartyKeys`: a fresh X25519 key signed by its
+    identity key). Updates go through the same party-side code as the local parties
     (:mod:`~vfl_lightning.algorithms.party_updates`); the asynchronous family's calls are in
     :class:`~vfl_lightning.runtime.ray_async.AsyncPartyMethods`.
     """
 
-    def __init__(self, factory: PartyFactory, party: int, num_threads: int) -> None:
+    def __init__(
+        self, factory: PartyFactory, party: int, num_threads: int, trust: PartyTrust
+    ) -> None:
         torch.set_num_threads(num_threads)
         self.party = int(party)
         self.device = torch.device("cuda" if ray.get_gpu_ids() else "cpu")
@@ -48,20 +55,27 @@ class PartyActor(AsyncPartyMethods):
         self.optimization = PartyOptimization(
             zero=self.optimizer.zero_grad, backward=plain_backward, step=self.optimizer.step
         )
-        self.generators = PartyGenerators(factory.seed, self.party, self.device)
-        self.key = fresh_private_key()
+        self.generators = PartyGenerators(
+            factory.seed, self.party, self.device, party_seeds=trust.party_seeds
+        )
+        if self.generators.private:
+            torch.manual_seed(private_seed())
+        self.keys = PartyKeys(trust, self.party)
         self.anchor: list[torch.Tensor] | None = None
         self.bits = self.mechanism.bits_per_element
         self._x: torch.Tensor | None = None
         self._h: torch.Tensor | None = None
 
-    def public_key(self) -> bytes:
-        return public_bytes(self.key)
+    def publish_key(self, run_id: str) -> tuple[bytes, SignedPublicKey]:
+        """(identity public key, X25519 public key signed for ``run_id``)."""
+        return self.keys.publish(run_id)
 
-    def agree(self, public_keys: list[bytes]) -> None:
-        """Derive this party's pair seeds from the relayed public keys (secure aggregation)."""
+    def agree(self, run_id: str, identities: list[bytes], relayed: list[SignedPublicKey]) -> None:
+        """Verify every peer's relayed key against its pinned identity, then derive this party's
+        pair seeds (secure aggregation); a substituted key raises, naming its party."""
+        seeds = self.keys.pair_seeds(run_id, identities, relayed)
         if self.mechanism.uses_pair_masks:
-            self.mechanism.set_pair_seeds(party_pair_seeds(self.key, self.party, public_keys))
+            self.mechanism.set_pair_seeds(seeds)
 
     def send(self, idx: torch.Tensor, stage: str, round: int | None):
         """(message, serialized bytes): this party's message for rows ``idx`` of the stage."""
@@ -101,8 +115,8 @@ class PartyActor(AsyncPartyMethods):
     def set_lr_factor(self, factor: float) -> None:
         scale_lr(self.optimizer, factor)
 
-    def restart_stream(self, stage: str) -> None:
-        self.generators.restart(stage)
+    def restart_stream(self, stage: str, release: int) -> None:
+        self.generators.restart(stage, release)
 
     def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
         return [(name, p.detach().cpu()) for name, p in self.model.named_parameters()]
@@ -148,9 +162,12 @@ class RayParties(AsyncRayMethods, Parties):
     every reply (the asynchronous family's calls, in
     :class:`~vfl_lightning.runtime.ray_async.AsyncRayMethods`, take replies as they arrive). The
     server relays the parties' public keys and never holds a pair seed. Every training message is
-    counted in ``ledger.serialized_bytes`` as Ray serializes it."""
+    counted in ``ledger.serialized_bytes`` as Ray serializes it. ``trust``
+    (:class:`~vfl_lightning.runtime.party_trust.PartyTrust`) goes to every actor; the key
+    agreement is bound to a fresh run id (:meth:`exchange_keys`)."""
 
     name = "ray"
+    in_server_process = False
 
     def __init__(
         self,
@@ -159,11 +176,13 @@ class RayParties(AsyncRayMethods, Parties):
         *,
         time_scale: float = 1.0,
         party_resources=None,
+        trust: PartyTrust,
         ledger=None,
         round_fn: Callable[[], int] = lambda: 0,
         device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
     ) -> None:
         self.time_scale = float(time_scale)
+        self.trust = trust
         options = party_options(party_resources, num_parties)
         threads = torch.get_num_threads()
         self.actors = [
@@ -173,12 +192,38 @@ class RayParties(AsyncRayMethods, Parties):
         self.round_fn = round_fn
         self.device_fn = device_fn
         self.updates: dict[int, ray.ObjectRef] = {}
-        public_keys = self._get([a.public_key.remote() for a in self.actors], "key setup")
-        self._get([a.agree.remote(public_keys) for a in self.actors], "key agreement")
+        self.exchange_keys()
+
+    def exchange_keys(self) -> None:
+        """Relay every party's identity and signed X25519 key to all parties for a fresh run id;
+        each verifies its peers before deriving pair seeds. A refused key stops the run with
+        :class:`KeyAuthenticationError`: the refusal of the lowest-numbered refusing party,
+        naming the party whose key it refused."""
+        run_id = secrets.token_hex(16)
+        published = self._get([a.publish_key.remote(run_id) for a in self.actors], "key setup")
+        identities, relayed = self.relay([i for i, _ in published], [k for _, k in published])
+        refs = [a.agree.remote(run_id, identities, relayed) for a in self.actors]
+        refusals = []
+        for party, ref in enumerate(refs):
+            try:
+                self.get_party(party, ref, "key agreement")
+            except RayTaskError as error:
+                if not isinstance(error.cause, KeyAuthenticationError):
+                    raise
+                refusals.append(str(error.cause))
+        if refusals:
+            raise KeyAuthenticationError(refusals[0])
+
+    def relay(
+        self, identities: list[bytes], keys: list[SignedPublicKey]
+    ) -> tuple[list[bytes], list[SignedPublicKey]]:
+        """What the server passes on of the published keys: all of them, unchanged."""
+        return identities, keys
 
     def start_actor(self, factory: PartyFactory, party: int, threads: int, options: dict):
         """Party ``party``'s actor handle (a protocol's subclass starts its own actor class)."""
-        return ray.remote(PartyActor).options(**options).remote(factory, party, threads)
+        actor = ray.remote(PartyActor).options(**options)
+        return actor.remote(factory, party, threads, self.trust)
 
     def _get(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
         """Every reply, or :class:`PartyLost` naming the first party whose actor died
@@ -242,8 +287,8 @@ class RayParties(AsyncRayMethods, Parties):
     def set_lr_factor(self, factor):
         self._get([a.set_lr_factor.remote(factor) for a in self.actors], "learning rate")
 
-    def restart_stream(self, stage):
-        self._get([a.restart_stream.remote(stage) for a in self.actors], "evaluation")
+    def restart_stream(self, stage, release):
+        self._get([a.restart_stream.remote(stage, release) for a in self.actors], "evaluation")
 
     def named_parameters(self):
         per_party = self._get([a.named_parameters.remote() for a in self.actors], "parameters")
