@@ -1,0 +1,115 @@
+"""``python -m vfl_lightning.data.export <hydra overrides> --out DIR``: the run's data, built as
+train.py builds it, written as one file per party, one for the server and a manifest.
+
+The overrides are train.py's (``data=mnist data.num_parties=4 seed=1``); the split, partition and
+scaling are the data module's, so ``data=party_files data.dir=DIR`` trains on the same batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from vfl_lightning.data.party_files import (
+    CHECKED_SETTINGS,
+    STAGES,
+    Manifest,
+    PartyFilesError,
+    write_party_files,
+)
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def compose_run_config(overrides: list[str], config_dir: Path = CONF_DIR):
+    """The config ``python train.py <overrides>`` would run (without Hydra's run directory)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if not (config_dir / "train.yaml").is_file():
+        raise PartyFilesError(f"--config-dir {config_dir} holds no train.yaml")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(config_dir)):
+            return compose("train", overrides=list(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def export(overrides: list[str], out: Path, config_dir: Path = CONF_DIR) -> Manifest:
+    """Build the data module of ``overrides`` and write its party files into ``out``."""
+    import lightning as L
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from vfl_lightning.data.datamodule import VerticalDataModule
+    from vfl_lightning.data.files_datamodule import PartyFilesDataModule
+
+    cfg = compose_run_config(overrides, config_dir)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule = instantiate(cfg.data)
+    if isinstance(datamodule, PartyFilesDataModule) or not isinstance(
+        datamodule, VerticalDataModule
+    ):
+        raise PartyFilesError(
+            f"export needs a dataset config (data=digits, data=mnist, ...), got "
+            f"{cfg.data.get('_target_')}"
+        )
+    wire_parties = len(datamodule.party_shapes)
+    splits = datamodule.splits
+    party_features = [{s: splits[s].xs[m].numpy() for s in STAGES} for m in range(wire_parties)]
+    server_features = (
+        {s: splits[s].xs[-1].numpy() for s in STAGES} if datamodule.active_party else None
+    )
+    return write_party_files(
+        out,
+        dataset=datamodule.raw_name,
+        num_classes=datamodule.num_classes,
+        ids={s: datamodule.split_index[s] for s in STAGES},
+        labels={s: splits[s].y.numpy() for s in STAGES},
+        party_features=party_features,
+        server_features=server_features,
+        export_settings=export_settings(OmegaConf.to_container(cfg.data, resolve=True)),
+    )
+
+
+def export_settings(data_config: dict) -> dict:
+    """What the manifest records of the data config: the dataset's name, the split's seed and
+    the settings a later run is checked against (:data:`CHECKED_SETTINGS`)."""
+    recorded = {key: data_config.get(key) for key in ("name", "seed")}
+    recorded |= {key: data_config[key] for key in CHECKED_SETTINGS if key in data_config}
+    return recorded
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vfl_lightning.data.export",
+        description="Write the run's data as one file per party, one for the server, a manifest.",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="train.py's Hydra overrides (data=..., seed=...)"
+    )
+    parser.add_argument("--out", required=True, type=Path, help="new or empty directory")
+    parser.add_argument("--config-dir", type=Path, default=CONF_DIR, help="Hydra config directory")
+    args = parser.parse_args(argv)
+    from vfl_lightning.errors import error_summary, exit_code
+
+    try:
+        manifest = export(args.overrides, args.out, args.config_dir.resolve())
+    except Exception as error:
+        code = exit_code(error)
+        if code is None:
+            raise
+        print(f"error: {error_summary(error)}", file=sys.stderr)
+        return code
+    sizes = ", ".join(f"{s} {manifest.split_sizes[s]}" for s in STAGES)
+    print(
+        f"wrote {manifest.num_parties} party files, server.npz and manifest.json to {args.out} "
+        f"({manifest.dataset}: {sizes}; {manifest.num_classes} classes)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
