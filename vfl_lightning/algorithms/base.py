@@ -55,6 +55,9 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     all ranks, so the server side runs on the global batch, and :meth:`backward_parties` sums the
     party gradients across ranks (:class:`~vfl_lightning.parallel.RowShares`).
 
+    ``party_widths``: the parties' embedding widths when ``parties`` is empty because the parties
+    build their own models elsewhere (``runtime=ray``); default: each party model's.
+
     ``batch_parties`` (default true): parties of one fully connected architecture and input
     shape are evaluated as one grouped computation (:class:`~vfl_lightning.models.batched.GroupedParties`);
     they stay separate modules with separate optimizers and checkpoint keys. Uneven parties, or
@@ -83,6 +86,7 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         transcript_size: int = 0,
         server_party: nn.Module | None = None,
         batch_parties: bool = True,
+        party_widths: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         if server_party is not None and not self.SUPPORTS_ACTIVE_PARTY:
@@ -100,6 +104,7 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
                 "server_optimizer",
                 "network",
                 "server_party",
+                "party_widths",
             ]
         )
         self.name = name
@@ -111,13 +116,15 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         self.server_optimizer_factory = server_optimizer or optimizer
         self.num_classes = int(num_classes)
         self.seed = int(seed)
-        self.widths = [int(p.embedding_dim) for p in self.parties]
+        if party_widths is None:
+            party_widths = [p.embedding_dim for p in self.parties]
+        self.widths = [int(width) for width in party_widths]
         grouped = bool(batch_parties) and groupable(self.parties)
         self.grouped_parties = GroupedParties(self.parties) if grouped else None
         self._last_grouped: tuple[torch.Tensor | None, tuple[torch.Tensor, ...]] = (None, ())
-        self._num_parties = len(self.parties)
-        clock = SimulatedClock(network, len(self.parties), self.seed)
-        self.wire = Wire(len(self.parties), clock, transcript_size)
+        self._num_parties = len(self.widths)
+        clock = SimulatedClock(network, self._num_parties, self.seed)
+        self.wire = Wire(self._num_parties, clock, transcript_size)
         self.train_metrics = make_metrics(self.num_classes, "train")
         self.val_metrics = make_metrics(self.num_classes, "val")
         self.test_metrics = make_metrics(self.num_classes, "test")

@@ -80,9 +80,11 @@ class Evaluation(L.LightningModule):
 
         Evaluation is perturbed when a noisy mechanism (PBM, LDP) applies at evaluation; its
         accuracy is then also logged as ``{stage}/acc_clean`` beside the deployed ``{stage}/acc``.
-        No randomness is drawn, so the evaluation noise stream is unchanged.
+        No randomness is drawn, so the evaluation noise stream is unchanged. A server that holds
+        no party model (``runtime=ray``: the parties hold theirs) never sees a clean embedding:
+        ``None``, and ``acc_clean`` is not logged.
         """
-        if not (self.mechanism.noisy and self.mechanism.apply_at_eval):
+        if not (self.mechanism.noisy and self.mechanism.apply_at_eval) or len(self.parties) == 0:
             return None
         fused = fuse_tensors(self.embed(xs), self.mechanism.fusion)
         return self.server_fuse(fused, self.own_embedding(xs))

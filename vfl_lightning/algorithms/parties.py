@@ -106,9 +106,9 @@ class Parties(ABC):
         table (the Ray actors embed the slices they hold)."""
 
     @abstractmethod
-    def embed_rows(self, party: int, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    def embed_rows(self, party: int, x: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor:
         """Party ``party``'s embedding, without gradient, of training rows ``idx`` (``x``: its
-        slice of them): a refreshed table entry."""
+        slice of them, None where the parties hold their own columns): a refreshed table entry."""
 
     @abstractmethod
     def client_messages(
