@@ -10,9 +10,17 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from conftest import compose_config, kill_party
+from conftest import (
+    actor_parameters,
+    actor_states,
+    compose_config,
+    kill_party,
+    load_actor_states,
+    saved_party_states,
+)
 from conftest import last_checkpoint as last
 
+from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.analytic_gaussian import privatize_embedding
 from vfl_lightning.mechanisms.field import field_matmul, quantize
@@ -44,26 +52,32 @@ def ray_fedvs(ray_session, tmp_path_factory):
     module.party_side.close()
 
 
-def on_grid(state: dict, bits: int) -> dict:
-    """The actors' checkpoint state with every weight rounded to the 2^-bits grid, where
-    stochastic rounding (eq. 3) is exact, so the quantized models are known to the test."""
+def party_columns(cfg, num_parties: int, stage: str) -> list[torch.Tensor]:
+    """Every client's columns of ``stage`` (the test reads them; the server holds none)."""
+    factory = PartyFactory.from_config(cfg)
+    return [factory.own_columns(m)[0][stage] for m in range(num_parties)]
+
+
+def on_grid(states: list[dict], bits: int) -> list[dict]:
+    """The actors' states with every weight rounded to the 2^-bits grid, where stochastic
+    rounding (eq. 3) is exact, so the quantized models are known to the test."""
     actors = []
-    for actor in state["actors"]:
+    for actor in states:
         model = dict(actor["model"])
         model["weight"] = torch.round(model["weight"] * 2**bits) / 2**bits
         actors.append(actor | {"model": model})
-    return {"actors": actors}
+    return actors
 
 
 def test_decodes_exactly_from_the_first_R_arrivals_never_the_straggler(ray_fedvs):
-    _, datamodule, module = ray_fedvs
+    cfg, datamodule, module = ray_fedvs
     parties, codec = module.party_side, module.codec
-    saved = parties.state_dict()
-    parties.load_state_dict(on_grid(saved, codec.l_w))
+    saved = actor_states(parties)
+    load_actor_states(parties, on_grid(saved, codec.l_w))
     N, p = module.num_parties, codec.prime
-    train_xs = datamodule.splits["train"].xs
+    train_xs = party_columns(cfg, module.num_parties, "train")
     power = [PolynomialNetwork(x.shape[1:], degree=2).power_features(x) for x in train_xs]
-    weights = [w for name, w in parties.named_parameters() if name.endswith("weight")]
+    weights = [w for name, w in actor_parameters(parties) if name.endswith("weight")]
     quantized_x = [quantize(f, codec.l_x, p) for f in power]
     quantized_w = [quantize(w, codec.l_w, p) for w in weights]
     bits = parties.share_data()
@@ -85,7 +99,7 @@ def test_decodes_exactly_from_the_first_R_arrivals_never_the_straggler(ray_fedvs
         assert torch.equal(decoded[0], plain)
         average = codec.decode_average(coded, responders)
         assert torch.equal(average, codec.code.dequantize_average(plain[None], 8, 8)[0])
-    parties.load_state_dict(saved)
+    load_actor_states(parties, saved)
 
 
 def test_trains_like_the_local_runtime_on_the_protocol_ledger_and_clock(ray_fedvs, tmp_path):
@@ -161,7 +175,7 @@ def test_dead_actor_then_resume_equals_the_straight_run(make_cfg, ray_session):
     killed, message = kill_party(make_cfg, common, epoch=1, batch=1, party=3)
     assert message.startswith("party 3's Ray actor died at training round 4 (model shares)")
     checkpoint = torch.load(last(killed), weights_only=False)
-    assert checkpoint["epoch"] == 0 and len(checkpoint["vfl"]["parties"]["actors"]) == 4
+    assert checkpoint["epoch"] == 0 and len(saved_party_states(checkpoint)) == 4
     resumed_cfg = make_cfg(*common, f"ckpt_path={last(killed)}")
     resumed = train(resumed_cfg)
     assert resumed["model_digest"] == expected["model_digest"]
@@ -203,8 +217,8 @@ def test_wait_dp_clients_add_the_calibrated_noise_themselves(ray_session, tmp_pa
     try:
         parties, dp = module.party_side, module.dp
         idx = torch.arange(256)
-        xs = [x[idx] for x in datamodule.splits["val"].xs]
-        weights = [w for name, w in parties.named_parameters() if name.endswith("weight")]
+        xs = [x[idx] for x in party_columns(cfg, module.num_parties, "val")]
+        weights = [w for name, w in actor_parameters(parties) if name.endswith("weight")]
         noisy = parties.eval_embeddings(xs, idx, "val")
         assert parties.clean_embeddings(xs) is None
         for x, w, h in zip(xs, weights, noisy, strict=True):

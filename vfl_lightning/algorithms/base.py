@@ -20,7 +20,7 @@ from vfl_lightning import lightning_speedups
 from vfl_lightning.algorithms.epoch_metrics import EpochMetrics, make_clean_accuracy, make_metrics
 from vfl_lightning.algorithms.evaluation import EVAL_STAGES, Evaluation
 from vfl_lightning.algorithms.local_parties import LocalParties
-from vfl_lightning.algorithms.parties import Parties, tensor_digest
+from vfl_lightning.algorithms.parties import Parties, combined_digest, tensor_digest
 from vfl_lightning.algorithms.steps import ProtocolSteps
 from vfl_lightning.algorithms.watchdog import NonFiniteWatch
 from vfl_lightning.errors import ConfigError
@@ -267,13 +267,16 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         return logits.softmax(-1)[:, 1] if self.num_classes == 2 else logits
 
     def model_digest(self) -> str:
-        """SHA-256 of every parameter tensor (name, dtype, shape, bytes): parties 0..M−1 (wherever
-        they run), the head, then the server's own party model."""
-        named = list(self.party_side.named_parameters())
-        named += [(f"head.{n}", p) for n, p in self.head.named_parameters()]
+        """SHA-256 over the digests each holder reports of its own parameters
+        (:func:`~vfl_lightning.algorithms.parties.combined_digest`): every party's
+        :func:`tensor_digest` in party order (wherever the parties run; the server never pulls
+        a party parameter), then the head's, then the server's own party model's."""
+        parts = [(f"party {m}", d) for m, d in enumerate(self.party_side.party_digests())]
+        parts.append(("head", tensor_digest(list(self.head.named_parameters())).hexdigest()))
         if self.server_party is not None:
-            named += [(f"server_party.{n}", p) for n, p in self.server_party.named_parameters()]
-        return tensor_digest(named).hexdigest()
+            own = tensor_digest(list(self.server_party.named_parameters())).hexdigest()
+            parts.append(("server_party", own))
+        return combined_digest(parts)
 
     # ----------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -71,6 +71,15 @@ def tensor_digest(named: Sequence[tuple[str, torch.Tensor]]):
     return digest
 
 
+def combined_digest(parts: Sequence[tuple[str, str]]) -> str:
+    """SHA-256 (hex) over ``label|hex digest`` lines, one per part, in the order given: the
+    model digest from what each holder reports of its own parameters."""
+    digest = hashlib.sha256()
+    for label, part in parts:
+        digest.update(f"{label}|{part}\n".encode())
+    return digest.hexdigest()
+
+
 class Parties(ABC):
     """What a protocol may ask of the parties; it never learns where they run.
 
@@ -149,8 +158,9 @@ class Parties(ABC):
         """Restart every party's generator of evaluation ``stage`` from its seed."""
 
     @abstractmethod
-    def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
-        """Every party parameter as (``parties.<m>.<name>``, tensor), party by party."""
+    def party_digests(self) -> list[str]:
+        """Each party's :func:`tensor_digest` (hex) of its own named parameters, in party order:
+        computed by the party, so no parameter leaves it."""
 
     @abstractmethod
     def state_dict(self) -> dict:

@@ -49,6 +49,7 @@ def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
         PartyFactory.from_config(cfg),
         time_scale=check_time_scale(cfg.runtime.get("time_scale")),
         party_resources=resources,
+        party_dir=cfg.runtime.get("party_dir"),
         ledger=module.wire.ledger,
         round_fn=lambda: module.wire.ledger.rounds,
         device_fn=lambda: module.device,

@@ -41,9 +41,15 @@ class FedVSPartyActor(PartyActor):
     """
 
     def __init__(
-        self, factory: PartyFactory, party: int, num_threads: int, code: dict, dp: WaitDP | None
+        self,
+        factory: PartyFactory,
+        party: int,
+        num_threads: int,
+        code: dict,
+        dp: WaitDP | None,
+        party_dir: str | None = None,
     ) -> None:
-        super().__init__(factory, party, num_threads)
+        super().__init__(factory, party, num_threads, party_dir)
         self.codec = FedVSCodec(**code)
         self.dp = dp
         self.num_clients = self.codec.num_clients
@@ -242,7 +248,7 @@ class RayFedVSParties(RayParties, FedVSParties):
             "weight_bound": codec.weight_bound,
         }
         actor = ray.remote(FedVSPartyActor).options(**options)
-        return actor.remote(factory, party, threads, code, self.dp)
+        return actor.remote(factory, party, threads, code, self.dp, self.party_dir)
 
     def _gather(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
         """Every reply, in order, each taken as it arrives: a dead actor is named at once even

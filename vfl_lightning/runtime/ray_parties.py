@@ -4,12 +4,13 @@ model, optimizer and generators, and encodes its messages with the same ``mechan
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import ray
 import torch
 from ray.exceptions import RayActorError
 
-from vfl_lightning.algorithms.parties import Parties, PartyGenerators
+from vfl_lightning.algorithms.parties import Parties, PartyGenerators, tensor_digest
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.algorithms.party_updates import (
     PartyOptimization,
@@ -19,6 +20,7 @@ from vfl_lightning.algorithms.party_updates import (
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.keys import fresh_private_key, party_pair_seeds, public_bytes
 from vfl_lightning.optim import scale_lr
+from vfl_lightning.runtime.party_state import load_party_state, save_party_state
 from vfl_lightning.runtime.ray_async import AsyncPartyMethods, AsyncRayMethods
 from vfl_lightning.runtime.transport import serialized_bytes, wire_dtype
 
@@ -38,9 +40,12 @@ class PartyActor(AsyncPartyMethods):
     :class:`~vfl_lightning.runtime.ray_async.AsyncPartyMethods`.
     """
 
-    def __init__(self, factory: PartyFactory, party: int, num_threads: int) -> None:
+    def __init__(
+        self, factory: PartyFactory, party: int, num_threads: int, party_dir: str | None = None
+    ) -> None:
         torch.set_num_threads(num_threads)
         self.party = int(party)
+        self.party_dir = party_dir
         self.device = torch.device("cuda" if ray.get_gpu_ids() else "cpu")
         kit = factory.party(self.party, self.device)
         self.features, self.model = kit.features, kit.model
@@ -104,8 +109,21 @@ class PartyActor(AsyncPartyMethods):
     def restart_stream(self, stage: str) -> None:
         self.generators.restart(stage)
 
-    def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
-        return [(name, p.detach().cpu()) for name, p in self.model.named_parameters()]
+    def party_digest(self) -> str:
+        """SHA-256 (hex) of this party's own named parameters: what the server learns of them."""
+        return tensor_digest(list(self.model.named_parameters())).hexdigest()
+
+    def save_state(self, round: int) -> None:
+        """Write this party's state (:meth:`state_dict`) for the server checkpoint of ``round``
+        into its own directory."""
+        save_party_state(self.party_dir, self.party, round, self.state_dict())
+
+    def load_state(self, party_dir: str, round: int) -> str:
+        """Restore the state saved in ``party_dir`` for ``round``; "" or why it cannot."""
+        state, problem = load_party_state(party_dir, self.party, round)
+        if state is not None:
+            self.load_state_dict(state)
+        return problem
 
     def state_dict(self) -> dict:
         return {
@@ -145,7 +163,8 @@ def party_options(party_resources, num_parties: int) -> list[dict]:
 
 class RayParties(AsyncRayMethods, Parties):
     """The parties as Ray actor handles: every call goes to all actors at once and waits for
-    every reply (the asynchronous family's calls, in
+    every reply; each party keeps its own state in ``party_dir/party_<m>/`` (files keyed by the
+    server checkpoint's training round) (the asynchronous family's calls, in
     :class:`~vfl_lightning.runtime.ray_async.AsyncRayMethods`, take replies as they arrive). The
     server relays the parties' public keys and never holds a pair seed. Every training message is
     counted in ``ledger.serialized_bytes`` as Ray serializes it."""
@@ -162,8 +181,10 @@ class RayParties(AsyncRayMethods, Parties):
         ledger=None,
         round_fn: Callable[[], int] = lambda: 0,
         device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
+        party_dir: str | None = None,
     ) -> None:
         self.time_scale = float(time_scale)
+        self.party_dir = None if party_dir is None else str(Path(party_dir).resolve())
         options = party_options(party_resources, num_parties)
         threads = torch.get_num_threads()
         self.actors = [
@@ -178,7 +199,8 @@ class RayParties(AsyncRayMethods, Parties):
 
     def start_actor(self, factory: PartyFactory, party: int, threads: int, options: dict):
         """Party ``party``'s actor handle (a protocol's subclass starts its own actor class)."""
-        return ray.remote(PartyActor).options(**options).remote(factory, party, threads)
+        actor = ray.remote(PartyActor).options(**options)
+        return actor.remote(factory, party, threads, self.party_dir)
 
     def _get(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
         """Every reply, or :class:`PartyLost` naming the first party whose actor died
@@ -245,26 +267,28 @@ class RayParties(AsyncRayMethods, Parties):
     def restart_stream(self, stage):
         self._get([a.restart_stream.remote(stage) for a in self.actors], "evaluation")
 
-    def named_parameters(self):
-        per_party = self._get([a.named_parameters.remote() for a in self.actors], "parameters")
-        return [
-            (f"parties.{m}.{name}", tensor)
-            for m, named in enumerate(per_party)
-            for name, tensor in named
-        ]
+    def party_digests(self):
+        return self._get([a.party_digest.remote() for a in self.actors], "digest")
 
     def state_dict(self):
-        return {"actors": self._get([a.state_dict.remote() for a in self.actors], "checkpoint")}
+        """Every party saves its own state for this round in its own directory; the server's
+        checkpoint keeps the round (and where the parties keep their states) only."""
+        if self.party_dir is None:
+            raise ConfigError("runtime=ray saves party state in runtime.party_dir: set a directory")
+        round = int(self.round_fn())
+        self._get([a.save_state.remote(round) for a in self.actors], "checkpoint")
+        return {"round": round, "party_dir": self.party_dir}
 
     def load_state_dict(self, state):
-        if "actors" not in state:
+        if "round" not in state:
             raise ConfigError(
-                "this checkpoint was written by runtime=local (its party models are part of the "
-                "module): resume it with runtime=local"
+                "this checkpoint was not written by runtime=ray with party-side state (its party "
+                "models are part of the checkpoint): resume it with the runtime that wrote it"
             )
-        saved = state["actors"]
-        refs = [a.load_state_dict.remote(s) for a, s in zip(self.actors, saved, strict=True)]
-        self._get(refs, "resume")
+        refs = [a.load_state.remote(state["party_dir"], state["round"]) for a in self.actors]
+        problems = [problem for problem in self._get(refs, "resume") if problem]
+        if problems:
+            raise ConfigError(problems[0])
 
     def close(self):
         for actor in self.actors:

@@ -1,0 +1,146 @@
+"""The trust boundary of runtime=ray, read from the server process as a curious server would: no
+party's feature column in its data module, its batches or its checkpoint; party state on the party."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import RAY_TWO_PARTIES as TWO_PARTIES
+from conftest import last_checkpoint
+from lightning import Callback
+
+from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.data.export import CONF_DIR, export
+from vfl_lightning.data.party_files import party_file_name
+from vfl_lightning.train import train
+
+SMALL = [*TWO_PARTIES, "trainer.max_epochs=2", "trainer.limit_train_batches=3", "seed=0"]
+NOT_DATA = [o for o in SMALL if not o.startswith("data.")]
+"""The small run without its data settings (for the default four quadrants, or party files)."""
+
+
+class RecordServerData(Callback):
+    """Keeps every batch the server's Lightning loop receives and the server's data module (class
+    attributes: the run instantiates the callback from its config)."""
+
+    batches: list = []
+    datamodule = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        RecordServerData.batches.append(batch)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        RecordServerData.batches.append(batch)
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        RecordServerData.batches.append(batch)
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        RecordServerData.batches = []
+        RecordServerData.datamodule = trainer.datamodule
+
+
+RECORD = "+callbacks.record._target_=test_trust_boundary.RecordServerData"
+
+
+def arrays_in(value, seen: set | None = None):
+    """Every tensor and numpy array reachable from ``value`` through containers and the attributes
+    of vfl_lightning objects (never through the trainer)."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from arrays_in(item, seen)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from arrays_in(item, seen)
+    elif type(value).__module__.startswith("vfl_lightning"):
+        for name, item in vars(value).items():
+            if name not in ("trainer", "_trainer"):
+                yield from arrays_in(item, seen)
+
+
+def floating(array) -> bool:
+    if isinstance(array, torch.Tensor):
+        return array.is_floating_point()
+    return np.issubdtype(array.dtype, np.floating)
+
+
+def split_sizes(datamodule) -> set[int]:
+    return {len(split) for split in datamodule.splits.values()}
+
+
+def assert_no_party_column(datamodule, batches, checkpoint) -> None:
+    """No float array in the data module (labels and ids are integers; features are floats), no
+    party column in a batch, no tensor in the checkpoint with a data split's rows."""
+    assert batches, "the run recorded its batches"
+    for xs, y, idx in batches:
+        assert xs == [] and not y.is_floating_point() and not idx.is_floating_point()
+    assert not [a.shape for a in arrays_in(datamodule) if floating(a)]
+    rows = split_sizes(datamodule)
+    tensors = list(arrays_in(checkpoint))
+    assert tensors and not [a.shape for a in tensors if a.ndim and a.shape[0] in rows]
+
+
+def test_the_ray_server_holds_no_feature_column_and_trains_the_local_model(make_cfg, ray_session):
+    """(a) Under runtime=ray no feature column exists in the server process's data module, its
+    batches or its checkpoint, and the run's model_digest is runtime=local's."""
+    local = train(make_cfg("algo=pbm", *SMALL, "runtime=local"))
+    cfg = make_cfg("algo=pbm", *SMALL, "runtime=ray", RECORD)
+    remote = train(cfg)
+    checkpoint = torch.load(last_checkpoint(cfg), weights_only=False)
+    assert_no_party_column(RecordServerData.datamodule, RecordServerData.batches, checkpoint)
+    assert remote["model_digest"] == local["model_digest"]
+    assert {"train", "val", "test"} <= {k.split("/")[0] for k in remote if "/acc" in k}
+
+
+def test_an_active_label_holder_keeps_exactly_its_own_slice(make_cfg, ray_session):
+    """With data.active_party=true the server's batches carry one slice, its own (the local
+    data module's last), and the run still equals the local one."""
+    common = ["algo=splitnn", *NOT_DATA, "data.active_party=true"]
+    local_cfg = make_cfg(*common, "runtime=local", RECORD)
+    local = train(local_cfg)
+    local_batches = RecordServerData.batches
+    remote = train(make_cfg(*common, "runtime=ray", RECORD))
+    assert remote["model_digest"] == local["model_digest"]
+    assert len(RecordServerData.batches) == len(local_batches)
+    for (xs, y, idx), (local_xs, local_y, local_idx) in zip(
+        RecordServerData.batches, local_batches, strict=True
+    ):
+        assert len(xs) == 1 and torch.equal(xs[0], local_xs[-1])
+        assert torch.equal(y, local_y) and torch.equal(idx, local_idx)
+
+
+def test_a_ray_run_from_party_files_equals_the_local_run_from_the_dataset(
+    tmp_path, make_cfg, ray_session
+):
+    """data=party_files under Ray: the server reads its file, each actor its own; same digest."""
+    files = tmp_path / "files"
+    export(["data.num_parties=2", "data.partition=halves"], files, CONF_DIR)
+    local = train(make_cfg("algo=pbm", *SMALL, "runtime=local"))
+    from_files = ["data=party_files", f"data.dir={files}", "runtime=ray", RECORD]
+    remote = train(make_cfg("algo=pbm", *NOT_DATA, *from_files))
+    assert remote["model_digest"] == local["model_digest"]
+    assert all(xs == [] for xs, _, _ in RecordServerData.batches)
+
+
+def test_a_party_reads_its_own_file_and_no_other(tmp_path, make_cfg):
+    """A party's columns come from its own file alone: with every other party file gone they
+    are still read, equal to the dataset's columns of that party."""
+    files = tmp_path / "files"
+    export(["data.num_parties=2", "data.partition=halves"], files, CONF_DIR)
+    (files / party_file_name(0)).unlink()
+    (files / "server.npz").unlink()
+    factory = PartyFactory.from_config(make_cfg("data=party_files", f"data.dir={files}"))
+    columns, shapes = factory.own_columns(1)
+    expected, _ = PartyFactory.from_config(make_cfg(*TWO_PARTIES)).own_columns(1)
+    assert shapes[1] == tuple(expected["train"].shape[1:]) and len(shapes) == 2
+    for stage in ("train", "val", "test"):
+        assert torch.equal(columns[stage], expected[stage])
+    with pytest.raises(ValueError, match="party_0.npz is missing"):
+        factory.own_columns(0)
