@@ -69,7 +69,8 @@ def fit_with_transcript(cfg, runtime: str, submission_order=None):
     trainer = instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=[])
     try:
         trainer.fit(module, datamodule=datamodule)
-        return trainer, module, actor_parameters(module.party_side)
+        named = actor_parameters(module.party_side) if runtime == "ray" else []
+        return trainer, module, named
     finally:
         module.party_side.close()
 

@@ -13,6 +13,8 @@ from lightning import Callback
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.data.export import CONF_DIR, export
 from vfl_lightning.data.party_files import party_file_name
+from vfl_lightning.errors import ConfigError
+from vfl_lightning.runtime.party_state import load_party_state, party_state_path, save_party_state
 from vfl_lightning.train import train
 
 SMALL = [*TWO_PARTIES, "trainer.max_epochs=2", "trainer.limit_train_batches=3", "seed=0"]
@@ -97,6 +99,19 @@ def test_the_ray_server_holds_no_feature_column_and_trains_the_local_model(make_
     assert_no_party_column(RecordServerData.datamodule, RecordServerData.batches, checkpoint)
     assert remote["model_digest"] == local["model_digest"]
     assert {"train", "val", "test"} <= {k.split("/")[0] for k in remote if "/acc" in k}
+    assert_party_state_with_the_parties(checkpoint, num_parties=2)
+
+
+def assert_party_state_with_the_parties(checkpoint: dict, num_parties: int) -> None:
+    """The server's checkpoint holds no party model, optimizer or generator: the round and where
+    the parties keep their states; each party saved its own for that round."""
+    assert not [key for key in checkpoint["state_dict"] if key.startswith("parties.")]
+    parties = checkpoint["vfl"]["parties"]
+    assert sorted(parties) == ["party_dir", "round"] and parties["round"] > 0
+    assert len(checkpoint["optimizer_states"]) == 1, "the head's optimizer only"
+    for m in range(num_parties):
+        state, problem = load_party_state(parties["party_dir"], m, parties["round"])
+        assert problem == "" and sorted(state) == ["generators", "model", "optimizer"]
 
 
 def test_an_active_label_holder_keeps_exactly_its_own_slice(make_cfg, ray_session):
@@ -144,3 +159,39 @@ def test_a_party_reads_its_own_file_and_no_other(tmp_path, make_cfg):
         assert torch.equal(columns[stage], expected[stage])
     with pytest.raises(ValueError, match="party_0.npz is missing"):
         factory.own_columns(0)
+
+
+def test_a_party_state_of_another_round_or_party_is_refused(tmp_path):
+    """A resume loads exactly the state saved for the checkpoint's round by that party."""
+    state = {"model": {"weight": torch.ones(2)}, "optimizer": {}, "generators": {}}
+    path = save_party_state(tmp_path, 1, 6, state)
+    assert path == party_state_path(tmp_path, 1, 6) == tmp_path / "party_1" / "round_6.pt"
+    loaded, problem = load_party_state(tmp_path, 1, 6)
+    assert problem == "" and torch.equal(loaded["model"]["weight"], torch.ones(2))
+    missing, problem = load_party_state(tmp_path, 1, 9)
+    assert missing is None and "\n" not in problem
+    assert (
+        problem.startswith("party 1 has no state for training round 9") and "round_6.pt" in problem
+    )
+    path.rename(party_state_path(tmp_path, 1, 9))
+    _, problem = load_party_state(tmp_path, 1, 9)
+    assert "holds the state of party 1 at round 6, not party 1 at round 9" in problem
+    (tmp_path / "party_0").mkdir()
+    party_state_path(tmp_path, 1, 9).rename(party_state_path(tmp_path, 0, 9))
+    _, problem = load_party_state(tmp_path, 0, 9)
+    assert "not party 0 at round 9" in problem
+
+
+def test_a_resume_whose_party_state_is_missing_stops_in_one_line(make_cfg, ray_session):
+    """The parties restore the round of the server's checkpoint or the run stops, naming it."""
+    common = ["algo=pbm", *TWO_PARTIES, "trainer.limit_train_batches=2", "runtime=ray"]
+    first = make_cfg(*common, "trainer.max_epochs=1")
+    train(first)
+    parties = torch.load(last_checkpoint(first), weights_only=False)["vfl"]["parties"]
+    party_state_path(parties["party_dir"], 1, parties["round"]).unlink()
+    resumed = make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={last_checkpoint(first)}")
+    with pytest.raises(ConfigError) as error:
+        train(resumed)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"party 1 has no state for training round {parties['round']}")
