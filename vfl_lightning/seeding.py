@@ -15,10 +15,18 @@ ROLES = ("server", "party", "simulation")
 family), one party (its own noise, ZOO directions, work delays, FedVS data shares under Ray), or
 the local simulation drawing for every party at once (FedVS data shares under runtime=local)."""
 
-STREAM_OFFSETS = {"train": 0, "val": 1, "test": 2, "fedvs_data": 4, "delays": 5}
+STREAM_OFFSETS = {
+    "train": 0,
+    "val": 1,
+    "test": 2,
+    "fedvs_data": 4,
+    "delays": 5,
+    "fedvs_eval_data": 6,
+}
 """Stream numbers of the server's and the parties' streams; any other stream (``predict``,
 ``sanity``) is number 3. ``fedvs_data``: FedVS data-share masks, re-drawn from the seed on resume;
-``delays``: an asynchronous client's real work delays under ``runtime=ray`` (checkpointed)."""
+``delays``: an asynchronous client's real work delays under ``runtime=ray`` (checkpointed);
+``fedvs_eval_data``: a FedVS client's evaluation data-share masks under ``runtime=ray``."""
 
 SPECIAL_STREAMS = {
     ("server", "activation"): (7_919, 104_729),
