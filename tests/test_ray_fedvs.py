@@ -25,6 +25,7 @@ from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.analytic_gaussian import privatize_embedding
 from vfl_lightning.mechanisms.field import field_matmul, quantize
 from vfl_lightning.models.pn import PolynomialNetwork
+from vfl_lightning.runtime.fedvs_eval import segment_rows
 from vfl_lightning.train import attach_ray_parties, build, train
 from vfl_lightning.wire import DOWNLINK, PEER, UPLINK
 
@@ -266,3 +267,29 @@ def test_evaluation_decodes_the_average_from_coded_embeddings_exactly(ray_fedvs)
         assert parties.eval_exchanges["val"] == exchange + 1
     finally:
         load_actor_states(parties, saved)
+
+
+def test_evaluation_rows_map_to_their_segment_and_position():
+    """K = 3 segments of S = 7 (a split of 19 rows padded to 21): every sample i is read back from
+    the decoded average's row of (segment i // S, position i mod S), whatever the batch order."""
+    segment, K = 7, 3
+    idx = torch.tensor([18, 0, 7, 14, 3, 10, 3, 17])
+    positions, rows = segment_rows(idx, segment)
+    assert positions.tolist() == [0, 3, 4]
+    # the decoded average, segment-major: row k * len(positions) + j is sample k * S + positions[j]
+    average = torch.tensor([k * segment + int(p) for k in range(K) for p in positions])
+    assert torch.equal(average[rows], idx)
+
+
+@pytest.mark.slow
+def test_coded_evaluation_in_two_segments_scores_as_the_local_plain_evaluation(
+    make_cfg, ray_session
+):
+    """K = 2 (R = 5 of 8 clients): the whole validation split, decoded from coded embeddings,
+    scores as the local runtime's plain evaluation (a misplaced row would score near chance)."""
+    common = ["experiment=fedvs_digits", "algo.K=2", "trainer.max_epochs=1", "test=false"]
+    common += ["trainer.limit_train_batches=10"]
+    remote = train(make_cfg(*common, "runtime=ray"))
+    local = train(make_cfg(*common))
+    assert local["val/acc"] > 0.5
+    assert abs(remote["val/acc"] - local["val/acc"]) <= 0.05, (remote["val/acc"], local["val/acc"])

@@ -12,6 +12,14 @@ from vfl_lightning.mechanisms.lcc import check_no_wraparound
 from vfl_lightning.seeding import seeded_generator
 
 
+def segment_rows(idx: torch.Tensor, segment: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions, rows) of evaluation samples ``idx`` in K segments of ``segment`` rows: the
+    sorted distinct positions i mod S to code, and where sample i sits in the decoded average,
+    whose row k * len(positions) + j is sample k * S + positions[j] (segment-major)."""
+    positions, where = torch.unique(idx % segment, return_inverse=True)
+    return positions, (idx // segment) * len(positions) + where
+
+
 class CodedEvaluationActor:
     """A FedVS client's part (mixed into :class:`~vfl_lightning.runtime.ray_fedvs.FedVSPartyActor`).
 
@@ -115,13 +123,11 @@ class CodedEvaluationParties:
             refs = [a.share_eval_model.remote(stage, exchange) for a in self.actors]
             self._gather(refs, "evaluation model shares")
             self.eval_exchanges[stage] = exchange
-        idx = idx.to("cpu")
-        positions, where = torch.unique(idx % segment, return_inverse=True)
+        positions, rows = segment_rows(idx.to("cpu"), segment)
         refs = [a.coded_eval_embedding.remote(stage, exchange, positions) for a in self.actors]
         responders, coded = self.first_arrivals(refs, "coded evaluation embedding")
         stacked = torch.stack(coded).to(self.device_fn(), torch.int64)
         average = self.codec.decode_average(stacked, responders)
-        rows = (idx // segment) * len(positions) + where
         return average[rows].to(self.device_fn(), torch.float32)
 
     def _share_eval_data(self, stage: str) -> int:
