@@ -15,7 +15,7 @@ from vfl_lightning.data.export import CONF_DIR, export
 from vfl_lightning.data.party_files import party_file_name
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.runtime.party_state import load_party_state, party_state_path, save_party_state
-from vfl_lightning.train import train
+from vfl_lightning.train import check_runtime, train
 
 SMALL = [*TWO_PARTIES, "trainer.max_epochs=2", "trainer.limit_train_batches=3", "seed=0"]
 NOT_DATA = [o for o in SMALL if not o.startswith("data.")]
@@ -195,3 +195,18 @@ def test_a_resume_whose_party_state_is_missing_stops_in_one_line(make_cfg, ray_s
     message = str(error.value)
     assert "\n" not in message
     assert message.startswith(f"party 1 has no state for training round {parties['round']}")
+
+
+@pytest.mark.parametrize("value", ["null", "''"])
+def test_a_ray_run_without_a_party_dir_is_refused_in_one_line(make_cfg, value):
+    with pytest.raises(ConfigError) as error:
+        check_runtime(make_cfg("algo=pbm", "runtime=ray", f"runtime.party_dir={value}"))
+    assert str(error.value).startswith("runtime.party_dir must be a directory path")
+    assert "\n" not in str(error.value)
+
+
+def test_a_party_dir_that_is_a_file_is_refused(make_cfg, tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    with pytest.raises(ConfigError, match=f"got '{taken}'"):
+        check_runtime(make_cfg("algo=pbm", "runtime=ray", f"runtime.party_dir={taken}"))

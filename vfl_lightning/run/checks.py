@@ -102,12 +102,22 @@ def check_runtime(cfg: DictConfig) -> None:
             f"{', '.join(algo.RUNTIMES)}); runtime=ray runs {ray_algos()}"
         )
     check_time_scale(cfg.runtime.get("time_scale"))
+    check_party_dir(cfg.runtime.get("party_dir"))
     check_ray_options(algo, cfg.algo)
     strategy = cfg.trainer.get("strategy")
     if strategy not in (None, "auto") or cfg.trainer.get("num_nodes", 1) != 1:
         raise ConfigError(
             "runtime=ray runs one server process: use trainer.strategy=auto and "
             f"trainer.num_nodes=1 (got strategy {strategy!r}); scale out with more party actors"
+        )
+
+
+def check_party_dir(party_dir) -> None:
+    """``runtime.party_dir``: a directory path (made if missing) where each party keeps its state."""
+    if not isinstance(party_dir, str) or not party_dir.strip() or Path(party_dir).is_file():
+        raise ConfigError(
+            f"runtime.party_dir must be a directory path where each party keeps its state "
+            f"(default ${{paths.output_dir}}/parties), got {party_dir!r}"
         )
 
 
