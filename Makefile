@@ -45,4 +45,4 @@ bench: $(STAMP)
 	$(PY) bench/step_overhead.py
 
 clean:
-	rm -rf outputs multirun .pytest_cache
+	rm -rf outputs multirun .pytest_cache report*/

@@ -301,6 +301,7 @@ def test_the_error_is_printed_once_and_the_run_log_keeps_it(make_cfg, capsys, tm
     try:
         with pytest.raises(SystemExit):
             cli.main(make_cfg("algo=pbm", "mechanism.b=abc", *FAST))
+        logging.getLogger("vfl_lightning.run.train").info("a record without the marker")
     finally:
         root.removeHandler(console)
         root.removeHandler(log_file)
@@ -311,8 +312,11 @@ def test_the_error_is_printed_once_and_the_run_log_keeps_it(make_cfg, capsys, tm
         f"error: {message}"
     ]
     assert message not in console_stream.getvalue()
-    assert "results:" in console_stream.getvalue()  # other records still reach the console
+    # other records still reach the console; the results path goes to the run's log only
+    assert "a record without the marker" in console_stream.getvalue()
+    assert "results:" not in console_stream.getvalue()
     assert f"run failed: {message}" in (tmp_path / "train.log").read_text()
+    assert "results:" in (tmp_path / "train.log").read_text()
 
 
 def test_cli_run_failure_exits_1_in_one_line(make_cfg, capsys):

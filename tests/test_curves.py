@@ -20,6 +20,7 @@ from hydra.types import RunMode
 from vfl_lightning.curve import AXES, read_curve
 from vfl_lightning.loggers import ID_FILE, WandbLogger, previous_run_id
 from vfl_lightning.train import build, train
+from vfl_lightning.wandb_names import unique_group
 
 FAST = ["trainer.max_epochs=2", "trainer.limit_train_batches=6", "callbacks.checkpoint=null"]
 
@@ -124,13 +125,21 @@ def test_resumed_run_keeps_curve_and_run_id(make_cfg, tmp_path):
 
 
 def test_wandb_logger_identity(tmp_path):
-    """Group = the sweep dir's name in a multirun, tags from the choices, id reused on resume."""
+    """Group unique per sweep dir in a multirun (an explicit group kept), name from the swept
+    overrides, tags from the choices, id reused on resume."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        cfg = compose("train", overrides=["algo=pbm"], return_hydra_config=True)
+        cfg = compose(
+            "train", overrides=["algo=pbm", "mechanism.b=4", "seed=3"], return_hydra_config=True
+        )
     GlobalHydra.instance().clear()
+    sweep = tmp_path / "sweeps" / "pbm_grid"
+    sweep.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task: [algo=pbm, 'mechanism.b=2,4', 'seed=3']\n"
+    )
     cfg.hydra.mode = RunMode.MULTIRUN
-    cfg.hydra.sweep.dir = str(tmp_path / "sweeps" / "pbm_grid")
+    cfg.hydra.sweep.dir = str(sweep)
     HydraConfig().set_config(cfg)
     previous = tmp_path / "run0"
     previous.mkdir()
@@ -139,18 +148,22 @@ def test_wandb_logger_identity(tmp_path):
         project="p",
         save_dir=str(tmp_path / "run1"),
         offline=True,
-        group="pbm",
         job_type="pbm",
+        run_prefix="pbm-digits",
+        seed=3,
         ckpt_path=str(previous / "checkpoints" / "last.ckpt"),
     )
     init = logger._wandb_init
-    assert init["group"] == "pbm_grid" and init["job_type"] == "pbm"
-    assert init["tags"] == ["algo=pbm", "mechanism=pbm", "data=digits"]
+    assert init["group"] == unique_group(sweep) and init["job_type"] == "pbm"
+    assert init["group"].startswith("sweeps_pbm_grid-")
+    assert init["name"] == "pbm-digits-b=4-seed3"
+    assert init["tags"] == ["algo=pbm", "mechanism=pbm", "data=digits", "runtime=local"]
     assert init["id"] == "run0id42" and init["resume"] == "allow"
     assert "anonymous" not in init
     assert (tmp_path / "run1" / ID_FILE).read_text().strip() == "run0id42"
-    fresh = WandbLogger(project="p", save_dir=str(tmp_path / "run2"), offline=True)
+    fresh = WandbLogger(project="p", save_dir=str(tmp_path / "run2"), offline=True, group="mine")
     assert len(fresh._wandb_init["id"]) == 8 and fresh._wandb_init["id"] != "run0id42"
+    assert fresh._wandb_init["group"] == "mine"
 
 
 def test_results_json_carries_total_mb(make_cfg):

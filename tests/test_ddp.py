@@ -179,7 +179,7 @@ def test_two_ranks_train_the_one_process_model(make_cfg, protocol):
     ((single, single_metrics),) = _fit_in_threads(make_cfg, 1, *overrides)
     assert "val/acc" in single_metrics
     assert "privacy/sample_eps" in single_metrics or "pbm" not in protocol[0]
-    assert single_metrics.get("attack/observed_samples", 270) == 270
+    assert single_metrics.get("attack/label_inference/observed_samples", 270) == 270
     for module, metrics in _fit_in_threads(make_cfg, 2, *overrides):
         assert metrics.keys() == single_metrics.keys()
         for key, value in single_metrics.items():
@@ -247,27 +247,31 @@ def test_distributed_sampler_is_refused():
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["npq", "pbm"])
 def test_cli_ddp_on_two_gloo_processes_equals_one_process(make_cfg, tmp_path, algo):
-    """`python train.py trainer=ddp` (2 CPU processes, gloo, Lightning's launcher) against the
-    in-process 1-process run of the same config: parameters to summation order, results.json
-    (accuracy, loss to float32 rounding, ledger, clock, privacy) equal, written by rank 0 only."""
+    """`python train.py trainer=ddp` (2 CPU processes, gloo, Lightning's launcher, the default
+    logger: W&B offline) against the in-process 1-process run of the same config: parameters to
+    summation order, results.json (accuracy, loss to float32 rounding, ledger, clock, privacy)
+    equal, written, logged to W&B and summarized by rank 0 only."""
     from vfl_lightning.train import train
 
     common = [f"algo={algo}", "trainer.max_epochs=2", "data.batch_size=64"]
     single = make_cfg(*common)
     expected = train(single)
     run_dir = tmp_path / "ddp"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
-    subprocess.run(
-        [sys.executable, "train.py", "trainer=ddp", "logger=none", "trainer.accelerator=cpu"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    env.pop("WANDB_API_KEY", None)
+    done = subprocess.run(
+        [sys.executable, "train.py", "trainer=ddp", "trainer.accelerator=cpu"]
         + ["trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0", *common]
         + [f"hydra.run.dir={run_dir}"],
         cwd=ROOT,
         env=env,
         check=True,
         capture_output=True,
+        text=True,
         timeout=300,
     )
     got = json.loads((run_dir / "results.json").read_text())
+    assert got["status"] == "finished"
     for key, value in expected.items():
         # model_digest hashes the exact bits; DDP equals one process to summation order (the
         # parameters are compared with a tolerance below)
@@ -277,8 +281,13 @@ def test_cli_ddp_on_two_gloo_processes_equals_one_process(make_cfg, tmp_path, al
             assert got[key] == pytest.approx(value, rel=1e-5), key
         else:
             assert got[key] == value, key
-    assert "results:" in (run_dir / "train.log").read_text()  # rank 0 wrote results.json
-    assert (run_dir / "train_ddp_process_1.log").read_text() == ""  # rank 1 did not
+    # the default logger (W&B offline) on rank 0 only; the summary printed once, by rank 0
+    assert len(list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))) == 1
+    logged = json.loads((run_dir / "wandb_run.json").read_text())
+    assert logged["mode"] == "offline"
+    assert (run_dir / "wandb_id").read_text().strip() == logged["id"]  # rank 1 wrote none
+    assert done.stdout.count("results: ") == 1 and done.stdout.count("model_digest") == 1
+    assert (run_dir / "train_ddp_process_1.log").read_text() == ""
     a = torch.load(Path(single.paths.output_dir) / "checkpoints/last.ckpt", weights_only=False)
     b = torch.load(run_dir / "checkpoints/last.ckpt", weights_only=False)
     assert a["vfl"]["wire"] == b["vfl"]["wire"]

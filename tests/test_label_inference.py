@@ -55,22 +55,22 @@ def _attack(make_cfg, algo, *extra):
     )
     results = train(cfg)
     written = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
-    assert written["attack/label_inference_acc"] == results["attack/label_inference_acc"]
-    assert results["attack/observed_samples"] > 500
+    assert written["attack/label_inference/acc"] == results["attack/label_inference/acc"]
+    assert results["attack/label_inference/observed_samples"] > 500
     return results
 
 
 @pytest.mark.parametrize("algo", ["npq", pytest.param("vafl", marks=pytest.mark.slow)])
 def test_attack_reads_labels_from_first_order_gradients(make_cfg, algo):
     results = _attack(make_cfg, algo)
-    assert results["attack/label_inference_acc"] >= 0.95
-    assert results["attack/eavesdropper_acc"] >= 0.95
+    assert results["attack/label_inference/acc"] >= 0.95
+    assert results["attack/label_inference/eavesdropper_acc"] >= 0.95
 
 
 def test_attack_is_near_chance_on_cascade(make_cfg):
     results = _attack(make_cfg, "cascade")
-    assert results["attack/label_inference_acc"] <= 0.1 + 0.1
-    assert results["attack/eavesdropper_acc"] <= 0.1 + 0.1
+    assert results["attack/label_inference/acc"] <= 0.1 + 0.1
+    assert results["attack/label_inference/eavesdropper_acc"] <= 0.1 + 0.1
 
 
 def test_attack_refuses_a_model_outside_its_threat_model(make_cfg):

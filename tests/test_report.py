@@ -20,13 +20,14 @@ from vfl_lightning.cli import main as cli_main
 from vfl_lightning.curve import AXES, read_curve
 from vfl_lightning.report import ReportError, make_report
 from vfl_lightning.report.__main__ import main as report_main
+from vfl_lightning.wandb_names import unique_group
 
 SWEEP = [
     "algo=npq,pbm",
     "seed=0,1",
     "trainer.max_epochs=2",
     "trainer.limit_train_batches=5",
-    "logger=csv",
+    "logger=[csv,wandb]",
     "callbacks.checkpoint=null",
 ]
 
@@ -37,7 +38,7 @@ def run_multirun(argv: list[str]) -> None:
     main = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(cli_main)
     GlobalHydra.instance().clear()
     saved = sys.argv
-    sys.argv = ["train.py", "-m", *QUIET, *argv]
+    sys.argv = ["train.py", "-m", *[q for q in QUIET if not q.startswith("logger=")], *argv]
     try:
         main()
     finally:
@@ -48,7 +49,9 @@ def run_multirun(argv: list[str]) -> None:
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("sweeps") / "npq_pbm"
-    run_multirun([*SWEEP, f"hydra.sweep.dir={directory}"])
+    with pytest.MonkeyPatch.context() as patch:  # W&B offline (the test session disables it)
+        patch.setenv("WANDB_MODE", "offline")
+        run_multirun([*SWEEP, f"hydra.sweep.dir={directory}"])
     return directory
 
 
@@ -92,7 +95,7 @@ def test_every_job_has_its_curve(sweep):
 
 def test_report_figures_and_numbers(sweep, tmp_path, no_network):
     out = tmp_path / "R"
-    written = make_report([sweep], out, wandb="me/vfl", progress=False)
+    written = make_report([sweep], out, wandb="me/vfl_lightning", progress=False)
     assert {p.name for p in written} >= {"report.md", "wandb_report.json", "curves.png"}
     pngs = sorted(out.glob("*.png"))
     assert len(pngs) >= 3
@@ -120,9 +123,9 @@ def test_wandb_report_spec_offline(sweep, tmp_path, no_network):
     from wandb_workspaces.reports.v2 import internal
 
     out = tmp_path / "R"
-    make_report([sweep], out, wandb="me/vfl", progress=False)
+    make_report([sweep], out, wandb="me/vfl_lightning", progress=False)
     spec = json.loads((out / "wandb_report.json").read_text())
-    assert spec["project"] == {"name": "vfl", "entityName": "me"}
+    assert spec["project"] == {"name": "vfl_lightning", "entityName": "me"}
     blocks = spec["spec"]["blocks"]
     headings = [b["children"][0]["text"] for b in blocks if b["type"] == "heading"]
     assert headings[0].startswith("VFL report: digits, 4 parties")
@@ -131,10 +134,10 @@ def test_wandb_report_spec_offline(sweep, tmp_path, no_network):
     assert len(grids) == 2  # one per section: the pbm recipe and the runs overview
     for grid in grids:
         (runset,) = grid["metadata"]["runSets"]
-        assert runset["project"] == {"name": "vfl", "entityName": "me"}
+        assert runset["project"] == {"name": "vfl_lightning", "entityName": "me"}
         (condition,) = runset["filters"]["filters"]
         assert condition["key"] == {"section": "run", "name": "group"}
-        assert condition["op"] == "=" and condition["value"] == sweep.name
+        assert condition["op"] == "=" and condition["value"] == unique_group(sweep)
         assert runset["grouping"] == [{"section": "config", "name": "algo.value.name"}]
     pbm_panels = grids[0]["metadata"]["panelBankSectionConfig"]["panels"]
     axes = {
@@ -146,9 +149,9 @@ def test_wandb_report_spec_offline(sweep, tmp_path, no_network):
     assert any("algo=npq,pbm seed=0,1" in m for m in markdown)
     assert any(m.startswith("| group | seeds |") for m in markdown)
     rebuilt = wr.Report._from_model(internal.ReportViewspec.model_validate(spec))
-    assert rebuilt.project == "vfl" and rebuilt.entity == "me"
+    assert rebuilt.project == "vfl_lightning" and rebuilt.entity == "me"
     grid = next(b for b in rebuilt.blocks if isinstance(b, wr.PanelGrid))
-    assert grid.runsets[0].project == "vfl" and grid.runsets[0].entity == "me"
+    assert grid.runsets[0].project == "vfl_lightning" and grid.runsets[0].entity == "me"
 
 
 def test_cli_bad_inputs_write_nothing(sweep, tmp_path, capsys, no_network):
@@ -156,6 +159,7 @@ def test_cli_bad_inputs_write_nothing(sweep, tmp_path, capsys, no_network):
         assert report_main([*args, "--out", str(tmp_path / "R"), "--no-progress"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err, err
+        assert err.count("\n") == 1, err  # one line
         assert not (tmp_path / "R").exists()
         assert not list(tmp_path.glob(".R-*"))
 
@@ -180,6 +184,16 @@ def test_cli_bad_inputs_write_nothing(sweep, tmp_path, capsys, no_network):
     (crashed / "0").mkdir(parents=True)
     (crashed / "0" / "results.json").write_text(json.dumps({"status": "failed", "algo": "pbm"}))
     fails([str(crashed)], "no finished runs under")
+    fails([str(sweep), "--x", "banana"], "argument --x: invalid choice: 'banana'")
+    fails([str(sweep), "--recipe", "fedvs"], "--recipe fedvs needs runs of fedvs")
+    a_file = tmp_path / "taken"
+    a_file.write_text("mine")
+    assert report_main([str(sweep), "--out", str(a_file), "--no-progress"]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"error: --out {a_file} is a file: give a directory (new or existing)\n"
+    )
+    assert a_file.read_text() == "mine" and not list(tmp_path.glob(".taken-*"))
 
 
 def test_unfinished_runs_are_left_out(sweep, tmp_path, capsys):

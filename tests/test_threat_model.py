@@ -11,5 +11,5 @@ def test_pbm_protects_features_not_labels(make_cfg):
     setting of attack=label_inference: summed per-class outputs, a bias-only head); so does an
     eavesdropper on that party's downlink. PBM's noise is on the uplink embeddings only."""
     results = _attack(make_cfg, "pbm", "~mechanism.fusion")
-    assert results["attack/label_inference_acc"] >= 0.95
-    assert results["attack/eavesdropper_acc"] >= 0.95
+    assert results["attack/label_inference/acc"] >= 0.95
+    assert results["attack/label_inference/eavesdropper_acc"] >= 0.95

@@ -12,7 +12,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
 from vfl_lightning.run.outcome import RUN_LOG_ONLY, error_summary, exit_code
@@ -101,7 +100,4 @@ def main(cfg: DictConfig) -> float | None:
         if _multirun():
             raise FailedJob(line) from None
         sys.exit(code)
-    if rank_zero_only.rank == 0:
-        print(f"results: {cfg.paths.output_dir}/results.json")
-        print(f"model_digest ({results.get('runtime')}): {results.get('model_digest')}")
     return objective(cfg, results)

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="new or empty directory")
     parser.add_argument("--config-dir", type=Path, default=CONF_DIR, help="Hydra config directory")
     args = parser.parse_args(argv)
-    from vfl_lightning.errors import error_summary, exit_code
+    from vfl_lightning.run.outcome import error_summary, exit_code
 
     try:
         manifest = export(args.overrides, args.out, args.config_dir.resolve())

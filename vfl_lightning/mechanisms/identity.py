@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from vfl_lightning.errors import RunFailure
 from vfl_lightning.mechanisms.keys import party_pair_seeds
 
 IDENTITY_FILE = "identity_ed25519.pem"
@@ -30,8 +31,9 @@ KNOWN_PARTIES_FORMAT = "vfl_lightning known parties"
 SIGNED_KEY_TAG = b"vfl_lightning x25519 public key v1\x00"
 
 
-class KeyAuthenticationError(RuntimeError):
-    """A relayed public key failed authentication: the message names the party."""
+class KeyAuthenticationError(RunFailure):
+    """A relayed public key failed authentication: the message names the party (the run stops,
+    exit 1)."""
 
 
 class IdentityConfigError(ValueError):

@@ -10,8 +10,15 @@ from pathlib import Path
 from vfl_lightning.report.runs import RECIPES, X_AXES, ReportError
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with a usage error as one ``error: ...`` line (status 2), like the others."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m vfl_lightning.report",
         description="Figures, report.md and a W&B Report from run and sweep directories.",
     )
@@ -29,7 +36,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as done:  # --help, or a usage error already printed as one line
+        return int(done.code or 0)
     try:
         from vfl_lightning.report.build import make_report
     except ImportError as error:

@@ -21,11 +21,16 @@ class Summary:
     count: int
     total: int
 
-    def text(self, digits: int = 4, scale: float = 1.0) -> str:
-        """``mean ± std`` (``–`` when no value; ``(k/n)`` when only k of n runs have one)."""
+    def text(self, digits: int = 4, scale: float = 1.0, significant: bool = False) -> str:
+        """``mean ± std`` with ``digits`` decimals (``significant``: significant digits, for
+        values spanning magnitudes); the mean alone for one value; ``–`` when no value;
+        ``(k/n)`` when only k of n runs have one."""
         if self.count == 0:
             return "–"
-        out = f"{self.mean * scale:.{digits}f} ± {self.std * scale:.{digits}f}"
+        form = f".{digits}g" if significant else f".{digits}f"
+        out = f"{self.mean * scale:{form}}"
+        if self.count > 1:
+            out += f" ± {self.std * scale:{form}}"
         return out if self.count == self.total else f"{out} ({self.count}/{self.total})"
 
 

@@ -15,15 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from vfl_lightning.report import figures
-from vfl_lightning.report.recipes import (
-    BUILDERS,
-    TITLES,
-    Context,
-    Section,
-    choose_recipe,
-    ordered,
-    overview,
-)
+from vfl_lightning.report.document import TITLES, Context, Section, ordered
+from vfl_lightning.report.recipes import BUILDERS, check_recipe, choose_recipe, overview
 from vfl_lightning.report.runs import (
     X_AXES,
     ReportError,
@@ -66,11 +59,12 @@ def title_of(runs) -> str:
 
 
 def wandb_group_by(runs) -> list[str]:
-    """Config keys that tell the report's groups apart in W&B: the algo by its name, and the
-    varying overrides of single values (``mechanism.b``); overrides that choose a whole config
-    group (``experiment=``) are no single config value and are left out."""
+    """Config keys that tell the report's groups apart in W&B: the algo by its name, the varying
+    overrides of single values (``mechanism.b``), and the varying choices of whole config groups
+    (``experiment=``) by the ``choices`` the W&B logger puts in the run config."""
     keys = ["algo.name"] if len({run.algo for run in runs}) > 1 else []
-    return keys + [k for k in varying_keys(runs) if "." in k]
+    varying = [k for k in varying_keys(runs) if k != "algo"]
+    return keys + [k if "." in k else f"choices.{k}" for k in varying]
 
 
 def _file_names(name: str) -> tuple[str, str, str]:
@@ -103,9 +97,11 @@ def make_report(
     from vfl_lightning.report.wandb_report import (
         build_report,
         has_credentials,
+        logged_groups,
         offline_spec,
         parse_target,
         save_online,
+        sync_command,
     )
 
     if x not in X_AXES:
@@ -115,7 +111,12 @@ def make_report(
             f"--recipe must be auto, none or one of {', '.join(BUILDERS)}, got {recipe!r}"
         )
     target = parse_target(wandb) if wandb else None
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ReportError(f"--out {out} is a file: give a directory (new or existing)")
     runs = load_runs(directories, progress=progress)
+    if recipe not in ("auto", "none"):
+        check_recipe(recipe, runs)
+    wandb_groups = logged_groups(runs, *target) if target else []
     columns = {key for run in runs for row in run.curve for key in row}
     for axis, key in (("--x", X_AXES[x]), ("--y", y)):
         if key not in columns:
@@ -126,9 +127,8 @@ def make_report(
     groups = ordered(group_runs(runs), chosen or "")
     title = title_of(runs)
     ctx = Context(runs, groups, X_AXES[x], y, title, times)
-    sections: list[Section] = [overview(ctx)]
-    if chosen is not None:
-        sections.insert(0, BUILDERS[chosen](ctx))
+    sections: list[Section] = [] if chosen is None else [BUILDERS[chosen](ctx)]
+    sections.append(overview(ctx, [p for section in sections for p in section.plotted]))
     commands = sweep_commands(runs)
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     written = sorted(
@@ -154,7 +154,7 @@ def make_report(
             description=description,
             commands=commands,
             sections=sections,
-            groups=sorted({run.wandb_group for run in runs}),
+            groups=wandb_groups,
             group_by=wandb_group_by(runs),
             x=X_AXES[x],
             y=y,
@@ -209,10 +209,12 @@ def make_report(
         if url:
             print(f"W&B report: {url}")
         else:
+            sync = sync_command(runs, *target)
+            upload = f"  {sync}\n" if sync else ""
             print(
                 f"W&B report specification for {target[0]}/{target[1]}: {spec_path}\n"
-                "to publish it later: upload the runs logged to W&B (wandb sync <run dir>/wandb/offline-run-*), "
-                "then with network and a W&B key (wandb login):\n"
+                "to publish it later, with network and a W&B key (wandb login): upload the "
+                f"offline runs, then the report:\n{upload}"
                 f"  python -m vfl_lightning.report.publish {spec_path}"
             )
     return moved

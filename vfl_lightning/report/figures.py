@@ -1,9 +1,9 @@
-"""Matplotlib figures for reports: seed-averaged curves with ±std bands, points with error bars,
-bar charts; every axis labelled with its unit."""
+"""Matplotlib figures for reports: seed-averaged curves with ±std bands (one panel or facets), one
+colour family per algo in every figure, plain-number log axes, every axis labelled with its unit."""
 
 from __future__ import annotations
 
-import math
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,9 +11,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
-from vfl_lightning.report.aggregate import mean_curve, summarize  # noqa: E402
+from vfl_lightning.report.aggregate import mean_curve  # noqa: E402
 from vfl_lightning.report.runs import Group  # noqa: E402
 
 LABELS = {
@@ -32,205 +34,196 @@ LABELS = {
     "test/acc_clean": "test accuracy, noise-free evaluation",
     "test/auroc": "test AUC",
 }
+# One colour family per algo, the same in every figure: the algo's single group takes the
+# family's dark shade, several groups of one algo (b, β; Q; K) take lighter to darker shades.
+ALGO_COLORMAPS = {
+    "npq": "Greys",
+    "splitnn": "PuBu",
+    "pbm": "Blues",
+    "ldp": "Oranges",
+    "vafl": "Greens",
+    "syn_zoo_vfl": "Purples",
+    "zoo_vfl": "YlOrBr",
+    "cascade": "Reds",
+    "fedsgd": "Greys",
+    "fedbcd": "Blues",
+    "fedbcd_s": "Oranges",
+    "fedpbcd": "Greens",
+    "fedvs": "Reds",
+    "fedvs_wait": "Blues",
+    "fedvs_ignore": "BuGn",
+    "fedvs_wait_dp": "Purples",
+}
+OTHER_COLORMAPS = ("RdPu", "YlGn", "GnBu", "OrRd", "PuRd")
+# x axes whose values are whole numbers: integer ticks only
+INTEGER_AXES = ("epoch", "comm/rounds", "global_step")
 
 
 def label(key: str) -> str:
     return LABELS.get(key, key)
 
 
-def colors(count: int) -> list:
-    """Distinct colors: tab10, or tab20 with its dark shades first beyond ten."""
-    if count <= 10:
-        return [plt.get_cmap("tab10")(i) for i in range(count)]
-    cmap = plt.get_cmap("tab20")
-    order = [*range(0, 20, 2), *range(1, 20, 2)]
-    return [cmap(order[i % 20]) for i in range(count)]
+def algo_colormap(algo: str):
+    name = ALGO_COLORMAPS.get(algo)
+    if name is None:
+        name = OTHER_COLORMAPS[zlib.crc32(algo.encode()) % len(OTHER_COLORMAPS)]
+    return plt.get_cmap(name)
 
 
-def new_figure(title: str, width: float = 7.0, height: float = 4.4) -> tuple[Figure, plt.Axes]:
-    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
-    ax.set_title(title, fontsize=11)
-    ax.grid(True, alpha=0.3)
-    return fig, ax
+def algo_color(algo: str):
+    """The algo's colour when it has one group in a figure."""
+    return algo_colormap(algo)(0.75)
 
 
-def curves(
-    groups: Sequence[Group], x: str, ys: Sequence[str], title: str, *, log_x: bool = False
-) -> Figure | None:
+def group_colors(groups: Sequence[Group]) -> list:
+    """A colour per group: its algo's family, shaded by its rank among that algo's groups."""
+    counts: dict[str, int] = {}
+    for group in groups:
+        counts[group.algo] = counts.get(group.algo, 0) + 1
+    seen: dict[str, int] = {}
+    out = []
+    for group in groups:
+        rank = seen.get(group.algo, 0)
+        seen[group.algo] = rank + 1
+        n = counts[group.algo]
+        shade = 0.75 if n == 1 else float(np.linspace(0.45, 0.95, n)[rank])
+        out.append(algo_colormap(group.algo)(shade))
+    return out
+
+
+def plain_log_axis(ax, which: str = "x") -> None:
+    """A log-scaled axis ticked at 1, 2, 5 × 10^k and labelled as plain numbers (5, 10, 20)."""
+    getattr(ax, f"set_{which}scale")("log")
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def new_figure(title: str, width: float = 7.0, height: float = 4.4, columns: int = 1):
+    fig, axes = plt.subplots(
+        1, columns, figsize=(width, height), layout="constrained", sharey=True, squeeze=False
+    )
+    fig.suptitle(title, fontsize=11)
+    for ax in axes[0]:
+        ax.grid(True, alpha=0.3)
+    return fig, list(axes[0])
+
+
+def legend(ax, entries: int, title: str | None = None) -> None:
+    """Inside the axes for a few entries, outside on the right for more (never over curves)."""
+    if entries > 3:
+        ax.legend(
+            fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title=title
+        )
+    else:
+        ax.legend(fontsize=8, loc="best", title=title)
+
+
+def draw_curves(ax, groups: Sequence[Group], x: str, ys: Sequence[str]) -> int:
     """One line per group and metric (mean over seeds) with a ±std band; the second metric of
-    ``ys`` is dashed. ``None`` when no run has these columns."""
-    fig, ax = new_figure(title)
-    drawn = 0
-    for group, color in zip(groups, colors(len(groups))):
+    ``ys`` dashed. A curve equal to one drawn before is dotted and says so in its label (else
+    only one would be visible). Returns the number of curves drawn."""
+    drawn: list[tuple[int, str, np.ndarray, np.ndarray]] = []
+    step = "post" if x in ("time/simulated_s", "comm/total_mb") else None
+    for group, color in zip(groups, group_colors(groups)):
         for index, y in enumerate(ys):
             curve = mean_curve(group.runs, x, y)
             if curve is None:
                 continue
             name = f"{group.label}, noise-free" if index else group.label
-            line = "-" if index == 0 else "--"
-            step = "post" if x in ("time/simulated_s", "comm/total_mb") else None
+            style = "-" if index == 0 else "--"
+            twin = next(
+                (
+                    other
+                    for i, other, ox, om in drawn
+                    if i == index and np.array_equal(ox, curve.x) and np.array_equal(om, curve.mean)
+                ),
+                None,
+            )
+            if twin is not None:
+                name, style = f"{name} (identical to {twin})", ":"
+            drawn.append((index, name, curve.x, curve.mean))
+            band = dict(color=color, alpha=0.15, linewidth=0)
             if step:
-                ax.step(curve.x, curve.mean, where=step, color=color, linestyle=line, label=name)
+                ax.step(curve.x, curve.mean, where=step, color=color, linestyle=style, label=name)
                 ax.fill_between(
-                    curve.x,
-                    curve.mean - curve.std,
-                    curve.mean + curve.std,
-                    step=step,
-                    color=color,
-                    alpha=0.15,
-                    linewidth=0,
+                    curve.x, curve.mean - curve.std, curve.mean + curve.std, step=step, **band
                 )
             else:
+                marker = "." if len(curve.x) <= 40 else None
                 ax.plot(
-                    curve.x,
-                    curve.mean,
-                    color=color,
-                    linestyle=line,
-                    label=name,
-                    marker="." if len(curve.x) <= 40 else None,
+                    curve.x, curve.mean, color=color, linestyle=style, label=name, marker=marker
                 )
-                ax.fill_between(
-                    curve.x,
-                    curve.mean - curve.std,
-                    curve.mean + curve.std,
-                    color=color,
-                    alpha=0.15,
-                    linewidth=0,
-                )
-            drawn += 1
+                ax.fill_between(curve.x, curve.mean - curve.std, curve.mean + curve.std, **band)
+    return len(drawn)
+
+
+def finish_axes(ax, x: str, log_x: bool, hline: tuple[float, str] | None) -> int:
+    """Axis scale, integer ticks for counts, and the reference line; returns legend entries it
+    added."""
+    if log_x:
+        plain_log_axis(ax)
+    elif x in INTEGER_AXES:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if hline is not None and hline[0] is not None:
+        ax.axhline(hline[0], color="black", linestyle=":", linewidth=1, label=hline[1])
+        return 1
+    return 0
+
+
+def curves(
+    groups: Sequence[Group],
+    x: str,
+    ys: Sequence[str],
+    title: str,
+    *,
+    log_x: bool = False,
+    hline: tuple[float, str] | None = None,
+) -> Figure | None:
+    """Curves of ``ys`` against ``x`` per group in one panel; ``None`` when nothing to draw."""
+    fig, (ax,) = new_figure(title)
+    drawn = draw_curves(ax, groups, x, ys)
     if not drawn:
         plt.close(fig)
         return None
+    drawn += finish_axes(ax, x, log_x, hline)
     ax.set_xlabel(label(x))
     ax.set_ylabel(
         label(ys[0]) if len(ys) == 1 else "accuracy (solid: deployed, dashed: noise-free)"
     )
-    if log_x:
-        ax.set_xscale("log")
     legend(ax, drawn)
     return fig
 
 
-def legend(ax: plt.Axes, entries: int) -> None:
-    if entries > 8:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    else:
-        ax.legend(fontsize=8)
-
-
-def bars(
-    names: Sequence[str],
-    series: dict[str, Sequence],
+def facet_curves(
+    facets: Sequence[tuple[str, Sequence[Group]]],
+    x: str,
+    y: str,
     title: str,
-    ylabel: str,
-    *,
-    missing_text: str = "never",
-) -> Figure:
-    """Grouped bars: one cluster per name, one bar per series, each a :class:`Summary`; a bar
-    whose summary has no value is drawn as text (``missing_text``)."""
-    fig, ax = new_figure(title, width=max(7.0, 0.6 * len(names) * len(series)))
-    width = 0.8 / max(len(series), 1)
-    for index, ((series_name, summaries), color) in enumerate(
-        zip(series.items(), colors(len(series)))
-    ):
-        for position, summary in enumerate(summaries):
-            x = position + (index - (len(series) - 1) / 2) * width
-            if summary.count == 0:
-                ax.text(x, 0, missing_text, rotation=90, ha="center", va="bottom", fontsize=7)
-                continue
-            ax.bar(
-                x,
-                summary.mean,
-                width,
-                yerr=summary.std if summary.count > 1 else None,
-                color=color,
-                capsize=3,
-                label=series_name if position == 0 else None,
-            )
-    ax.set_xticks(range(len(names)), names, rotation=30 if len(names) > 3 else 0, ha="right")
-    ax.set_ylabel(ylabel)
-    if len(series) > 1:
-        handles, labels = ax.get_legend_handles_labels()
-        if handles:
-            ax.legend(fontsize=8)
-    return fig
-
-
-def points(
-    series: dict[str, list[tuple[Group, str, str, str]]],
-    title: str,
-    xlabel: str,
-    ylabel: str,
     *,
     log_x: bool = False,
-    lines: Sequence[tuple[str, float]] = (),
-    annotate: bool = True,
-    connect: bool = False,
-    dodge: float = 0.0,
-    integer_ticks: bool = False,
+    hline: tuple[float, str] | None = None,
 ) -> Figure | None:
-    """Mean ± std of a final value against another, one marker per group.
-
-    ``series`` maps a legend name to (group, x key, y key, marker style) tuples; marker style
-    ``"filled"`` or ``"open"``. ``lines``: horizontal reference lines (name, y). ``connect``:
-    join a series' filled markers in x order. ``dodge``: shift series i by the factor
-    (1 + dodge)^(i - centre) in x, so series at the same x (log scale) do not hide each other.
-    ``integer_ticks``: one tick per x value present, written as an integer (Q = 1, 3, 10, ...).
-    """
-    ticks = set()
-    fig, ax = new_figure(title)
-    drawn = 0
-    centre = (len(series) - 1) / 2
-    for index, ((name, entries), color) in enumerate(zip(series.items(), colors(len(series)))):
-        shift = (1.0 + dodge) ** (index - centre)
-        labelled = False
-        path = []
-        for group, x_key, y_key, style in entries:
-            xs, ys = summarize(group.values_of(x_key)), summarize(group.values_of(y_key))
-            if xs.count == 0 or ys.count == 0:
-                continue
-            face = color if style == "filled" else "none"
-            ax.errorbar(
-                xs.mean * shift,
-                ys.mean,
-                yerr=ys.std,
-                fmt="o",
-                color=color,
-                markerfacecolor=face,
-                capsize=3,
-                label=None if labelled else name,
-            )
-            labelled = True
-            if style == "filled":
-                path.append((xs.mean * shift, ys.mean))
-            ticks.add(xs.mean)
-            if annotate and style == "filled":
-                short = group.label.split(" ", 1)[1] if " " in group.label else ""
-                ax.annotate(
-                    short,
-                    (xs.mean * shift, ys.mean),
-                    fontsize=6,
-                    xytext=(4, 3),
-                    textcoords="offset points",
-                )
-            drawn += 1
-        if connect and len(path) > 1:
-            ax.plot(*zip(*sorted(path)), color=color, alpha=0.6)
-    for (name, y), color in zip(lines, colors(len(series) + len(lines))[len(series) :]):
-        if math.isfinite(y):
-            ax.axhline(y, color=color, linestyle=":", label=name)
-            drawn += 1
-    if not drawn:
+    """One panel per (subtitle, groups) facet, sharing the y axis: many groups that end close
+    together stay readable."""
+    facets = [(name, groups) for name, groups in facets if groups]
+    if len(facets) < 2:
+        return curves(facets[0][1], x, [y], title, log_x=log_x, hline=hline) if facets else None
+    fig, axes = new_figure(title, width=3.3 * len(facets) + 0.6, height=4.0, columns=len(facets))
+    total = 0
+    for ax, (name, groups) in zip(axes, facets):
+        drawn = draw_curves(ax, groups, x, [y])
+        total += drawn
+        drawn += finish_axes(ax, x, log_x, hline)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel(label(x))
+        if drawn:
+            ax.legend(fontsize=7, loc="lower right")
+    if not total:
         plt.close(fig)
         return None
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if log_x:
-        ax.set_xscale("log")
-    if integer_ticks:
-        ax.set_xticks(sorted(ticks), [f"{t:g}" for t in sorted(ticks)])
-        ax.minorticks_off()
-    legend(ax, len(series) + len(lines))
+    axes[0].set_ylabel(label(y))
     return fig
 
 

@@ -18,7 +18,7 @@ from vfl_lightning.curve import read_curve
 # Override keys that never distinguish groups: the seed is aggregated, the rest are plumbing.
 IGNORED_PREFIXES = ("seed", "hydra", "paths", "ckpt_path", "logger", "callbacks.checkpoint")
 # The papers' recipes (vfl_lightning.report.recipes).
-RECIPES = ("pbm", "fedbcd", "cascade", "fedvs")
+RECIPES = ("pbm", "fedbcd", "cascade", "fedvs", "privacy")
 # --x choices: curve.csv columns.
 X_AXES = {
     "epoch": "epoch",
@@ -27,8 +27,10 @@ X_AXES = {
     "mb": "comm/total_mb",
     "eps": "privacy/feature_eps",
 }
+# Written by the W&B logger into each run directory: id, entity, project, group, name, mode.
+WANDB_RUN_FILE = "wandb_run.json"
 # How a few override keys are shown in group labels.
-SYMBOLS = {"beta": "β", "mu": "μ", "local_steps": "Q"}
+SYMBOLS = {"beta": "β", "mu": "μ", "local_steps": "Q", "batch_size": "batch"}
 
 
 class ReportError(ValueError):
@@ -45,6 +47,7 @@ class Run:
     overrides: dict[str, str] = field(default_factory=dict)
     config: dict = field(default_factory=dict)
     sweep: Path | None = None
+    wandb: dict | None = None
 
     def setting(self, dotted: str, default=None):
         """A value of the run's composed config (``.hydra/config.yaml``), e.g. ``mechanism.b``."""
@@ -60,9 +63,10 @@ class Run:
         return str(self.results.get("algo"))
 
     @property
-    def wandb_group(self) -> str:
-        """The W&B group the run was logged under (see ``vfl_lightning.loggers``)."""
-        return self.sweep.name if self.sweep is not None else self.algo
+    def wandb_group(self) -> str | None:
+        """The W&B group the run was logged under (``wandb_run.json``, written by the W&B
+        logger); None for a run not logged to W&B."""
+        return (self.wandb or {}).get("group")
 
     def value(self, key: str) -> float:
         """A numeric results.json value, else a numeric config value (``algo.local_steps``);
@@ -84,6 +88,12 @@ def _read_overrides(run_dir: Path) -> dict[str, str]:
         if not key.startswith(IGNORED_PREFIXES):
             overrides[key] = value
     return overrides
+
+
+def _read_wandb(run_dir: Path) -> dict | None:
+    """Where the run was logged to W&B (``wandb_run.json``), or None."""
+    path = run_dir / WANDB_RUN_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _read_config(run_dir: Path) -> dict:
@@ -160,6 +170,7 @@ def load_runs(directories: Sequence[Path], progress: bool = True) -> list[Run]:
                 overrides=_read_overrides(run_dir),
                 config=_read_config(run_dir),
                 sweep=sweep,
+                wandb=_read_wandb(run_dir),
             )
         )
     datasets: dict[str, list[Run]] = {}

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import netrc
 import os
+import shlex
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from vfl_lightning.report.recipes import Panel, Section
-from vfl_lightning.report.runs import ReportError
+from vfl_lightning.report.document import Panel, Section
+from vfl_lightning.report.runs import ReportError, Run
 
 OFFLINE_MODES = ("offline", "disabled", "dryrun")
 
@@ -22,6 +23,52 @@ def parse_target(target: str) -> tuple[str, str]:
     if not entity or not project or "/" in project:
         raise ReportError(f"--wandb must be ENTITY/PROJECT (e.g. me/vfl), got {target!r}")
     return entity, project
+
+
+def logged_groups(runs: Sequence[Run], entity: str, project: str) -> list[str]:
+    """The W&B groups of ``runs``, after checking that every run was logged to W&B and to the
+    project (and entity, when the run knew it) of ``--wandb``: a report whose runsets name
+    another project shows nothing after `wandb sync`."""
+    target = f"{entity}/{project}"
+    missing = [run for run in runs if not run.wandb]
+    if missing:
+        raise ReportError(
+            f"--wandb {target}: {len(missing)} of {len(runs)} runs were not logged to W&B (e.g. "
+            f"{missing[0].path}, run with logger=csv or none); make the report without --wandb, "
+            "or re-run them with the default logger (logger=wandb)"
+        )
+    projects = sorted({str(run.wandb.get("project")) for run in runs})
+    if len(projects) > 1:
+        raise ReportError(
+            f"--wandb {target}: the runs were logged to several W&B projects ({', '.join(projects)}); "
+            "make one report per project"
+        )
+    entities = sorted({run.wandb.get("entity") for run in runs} - {None, ""})
+    known = entities[0] if len(entities) == 1 else None
+    if projects[0] != project or (known and known != entity):
+        logged = f"{known}/{projects[0]}" if known else projects[0]
+        raise ReportError(
+            f"--wandb {target}: the runs were logged to W&B project {logged} "
+            f"(logger.wandb.project); use --wandb {known or entity}/{projects[0]}"
+        )
+    return sorted({str(run.wandb_group) for run in runs})
+
+
+def sync_command(runs: Sequence[Run], entity: str, project: str) -> str:
+    """`wandb sync -e ENTITY -p PROJECT <offline run dirs>` for the offline runs among ``runs``
+    (empty when every run was logged online)."""
+    offline = [run for run in runs if (run.wandb or {}).get("mode") == "offline"]
+    patterns = sorted(
+        {
+            f"{shlex.quote(str(run.sweep))}/*/wandb/offline-run-*"
+            if run.sweep is not None
+            else f"{shlex.quote(str(run.path))}/wandb/offline-run-*"
+            for run in offline
+        }
+    )
+    if not patterns:
+        return ""
+    return f"wandb sync -e {shlex.quote(entity)} -p {shlex.quote(project)} " + " ".join(patterns)
 
 
 def group_filter(group: str) -> str:

@@ -26,6 +26,7 @@ from vfl_lightning.run.results import (
     write_results,
 )
 from vfl_lightning.run.resume import check_resume, protocol_config
+from vfl_lightning.run.summary import print_summary
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,10 @@ def train(cfg: DictConfig) -> dict:
         results["time/wall_s"] = time.perf_counter() - started
         # With trainer=ddp every rank holds the same totals: rank 0 alone writes them.
         rank_zero = trainer is None or trainer.is_global_zero
-        if rank_zero and output_dir.is_dir() and os.access(output_dir, os.W_OK):
+        written = rank_zero and output_dir.is_dir() and os.access(output_dir, os.W_OK)
+        if written:
             write_results(output_dir / "results.json", results)
-            log.info("results: %s", output_dir / "results.json")
+            log.info("results: %s", output_dir / "results.json", extra=RUN_LOG_ONLY)
         finish_wandb(0 if results["status"] == "finished" else 1)
+        if written:
+            print_summary(results, output_dir)

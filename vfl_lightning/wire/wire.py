@@ -6,7 +6,7 @@ party exchanged (``observed``, ``exchanged``), so attacks and tests can look at 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -30,12 +30,21 @@ class Message(NamedTuple):
     payload: torch.Tensor
 
 
+Listener = Callable[[int, Message], None]
+"""Called with (party, message) for every message the wire carries (after any gradient filter)."""
+GradientFilter = Callable[[int, torch.Tensor], torch.Tensor]
+"""Maps (party, gradient) to the gradient the server actually sends (a server-side defense)."""
+
+
 class Wire:
     """Sends messages between M parties and the server, counting and timing them.
 
     What a party saw: ``observed[direction][m]`` is the last payload in each direction, and
     ``exchanged[m]`` every message of the last round in which party m took part, with
     ``exchanged_round[m]`` that round's number (attacks read a party's view from here).
+    ``listeners`` (attack recorders) see every message as it arrives; ``gradient_filters``
+    (defenses the server deploys) transform each downlink ``gradient`` before it is sent. Both are
+    empty unless an attack or defense is configured, and then change nothing else.
     """
 
     def __init__(
@@ -48,6 +57,8 @@ class Wire:
         self.exchanged: list[list[Message]] = [[] for _ in range(num_parties)]
         self.exchanged_round = [-1] * num_parties
         self._round_bits = {UPLINK: [0] * num_parties, DOWNLINK: [0] * num_parties}
+        self.listeners: list[Listener] = []
+        self.gradient_filters: list[GradientFilter] = []
 
     def send(
         self,
@@ -60,6 +71,9 @@ class Wire:
     ) -> torch.Tensor:
         """Carry ``payload`` (detached) between party ``party`` and the server; return what arrives."""
         payload = payload.detach()
+        if self.gradient_filters and direction == DOWNLINK and kind == "gradient":
+            for gradient_filter in self.gradient_filters:
+                payload = gradient_filter(party, payload).detach()
         bits = tensor_bits(payload, bits_per_element)
         self.ledger.record(direction, party, bits, kind, payload.shape)
         round_bits = self._round_bits.get(direction)
@@ -70,7 +84,10 @@ class Wire:
         if self.exchanged_round[party] != rounds:
             self.exchanged[party] = []
             self.exchanged_round[party] = rounds
-        self.exchanged[party].append(Message(direction, kind, payload))
+        message = Message(direction, kind, payload)
+        self.exchanged[party].append(message)
+        for listener in self.listeners:
+            listener(party, message)
         return payload
 
     def uplink(

@@ -1,1 +1,2 @@
-"""Privacy attacks run from what a party observed on the wire (label inference, Fu et al.)."""
+"""Privacy attacks run by a role (server, passive party, eavesdropper) from what it observed on the
+wire: feature reconstruction, norm / direction scoring, model completion, label inference, collusion."""

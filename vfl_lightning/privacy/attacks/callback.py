@@ -3,39 +3,47 @@ training step it attacks the batch from what one client observed, and reports th
 
 from __future__ import annotations
 
-import lightning as L
 import torch
 
+from vfl_lightning.privacy.attacks.harness import WireAttack
 from vfl_lightning.privacy.attacks.label_inference import ClientObservation, infer_labels
 from vfl_lightning.wire.ledger import DOWNLINK, UPLINK
 
 
-class LabelInferenceAttack(L.Callback):
+class LabelInferenceAttack(WireAttack):
     """Fu et al.'s direct label inference by client ``party`` (curious client) and by an
     eavesdropper on its downlink who does not know the client's perturbation.
 
     The attack assumes Fu et al.'s threat model: the server sums the parties' outputs (no split
     head; ``head=bias`` adds only a per-class bias) and each output has ``num_classes`` entries.
-    The client's view is read from the wire (:attr:`Wire.exchanged`): a received ``gradient``,
-    or for zeroth-order exchanges the returned ``loss`` values with its own displacements
+    The client's view is what the wire carried for it in the batch: a received ``gradient``, or
+    for zeroth-order exchanges the returned ``loss`` values with its own displacements
     c_hat_k - c (its ``perturbed_embedding`` minus its ``embedding`` uplinks). Accuracies are over
-    every training sample the party exchanged; logged per epoch as ``attack/label_inference_acc``
-    and ``attack/eavesdropper_acc`` and written to results.json.
+    every training sample the party exchanged, against the true labels; logged per epoch as
+    ``attack/label_inference/acc`` and ``attack/label_inference/eavesdropper_acc`` and written to
+    results.json (``performance`` = ``acc``, AP* = 1/classes).
     """
 
-    def __init__(self, party: int = 0, seed: int = 0) -> None:
+    name = "label_inference"
+    role = "party"
+    assumptions = "a sum-fusion server whose party outputs have one entry per class"
+
+    def __init__(self, party: int = 0, seed: int = 0, reference_metric: float | None = None):
+        super().__init__(seed, reference_metric)
         if int(party) < 0:
             raise ValueError(f"attack party must be >= 0, got {party}")
         self.party = int(party)
-        self.seed = int(seed)
         self.client_correct = 0
         self.eavesdropper_correct = 0
         self.samples = 0
+        self.num_classes = 0
         self._pending: list[tuple[torch.Tensor, torch.Tensor, int]] = []
-        self._rounds_before = 0
-        self._generator: torch.Generator | None = None
+        self._eavesdropper_generator: torch.Generator | None = None
 
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    def config(self) -> dict:
+        return super().config() | {"party": self.party}
+
+    def check(self, pl_module, datamodule) -> None:
         if self.party >= pl_module.num_parties:
             raise ValueError(
                 f"attack party must be in [0, {pl_module.num_parties - 1}], got {self.party}"
@@ -52,13 +60,11 @@ class LabelInferenceAttack(L.Callback):
                 "label_inference (Fu et al. direct attack) needs a sum-fusion server, got "
                 f"mechanism.fusion={pl_module.mechanism.fusion!r}"
             )
+        self.num_classes = pl_module.num_classes
 
-    def _observation(self, pl_module) -> ClientObservation | None:
-        wire = pl_module.wire
-        if wire.exchanged_round[self.party] < self._rounds_before:
-            return None
+    def _observation(self) -> ClientObservation | None:
         sent: dict[str, list] = {}
-        for message in wire.exchanged[self.party]:
+        for message in self.recorder.messages.get(self.party, []):
             sent.setdefault(f"{message.direction}:{message.kind}", []).append(message.payload)
         if f"{DOWNLINK}:gradient" in sent:
             return ClientObservation("gradient", sent[f"{DOWNLINK}:gradient"][-1])
@@ -68,21 +74,19 @@ class LabelInferenceAttack(L.Callback):
             return ClientObservation("loss", sent[f"{DOWNLINK}:loss"][-1], perturbed - embedding)
         return None
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._rounds_before = pl_module.wire.ledger.rounds
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        observation = self._observation(pl_module)
+    def observe_batch(self, pl_module, idx, labels) -> None:
+        observation = self._observation()
         if observation is None:
             return
-        y = batch[1]
-        if self._generator is None or self._generator.device != y.device:
-            self._generator = torch.Generator(device=y.device).manual_seed(self.seed + 2_147)
+        generator = self._eavesdropper_generator
+        if generator is None or generator.device != labels.device:
+            generator = torch.Generator(device=labels.device).manual_seed(self.seed + 2_147)
+            self._eavesdropper_generator = generator
         client = infer_labels(observation)
-        eavesdropper = infer_labels(
-            observation, knows_perturbation=False, generator=self._generator
+        eavesdropper = infer_labels(observation, knows_perturbation=False, generator=generator)
+        self._pending.append(
+            ((client == labels).sum(), (eavesdropper == labels).sum(), len(labels))
         )
-        self._pending.append(((client == y).sum(), (eavesdropper == y).sum(), len(y)))
 
     def _collect(self) -> None:
         for client, eavesdropper, size in self._pending:
@@ -91,22 +95,34 @@ class LabelInferenceAttack(L.Callback):
             self.samples += size
         self._pending = []
 
-    def accuracies(self) -> dict[str, float | int | None]:
+    def accuracies(self) -> dict[str, float | None]:
         self._collect()
         if self.samples == 0:
-            return {"attack/label_inference_acc": None, "attack/eavesdropper_acc": None}
+            return {"acc": None, "eavesdropper_acc": None}
         return {
-            "attack/label_inference_acc": self.client_correct / self.samples,
-            "attack/eavesdropper_acc": self.eavesdropper_correct / self.samples,
+            "acc": self.client_correct / self.samples,
+            "eavesdropper_acc": self.eavesdropper_correct / self.samples,
         }
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        values = {k: v for k, v in self.accuracies().items() if v is not None}
+        values = {
+            f"attack/{self.name}/{key}": value
+            for key, value in self.accuracies().items()
+            if value is not None
+        }
         if values:
             pl_module.log_dict(values, on_step=False, on_epoch=True)
 
-    def results(self) -> dict:
-        return {**self.accuracies(), "attack/observed_samples": self.samples}
+    def evaluate(self, pl_module, datamodule) -> dict:
+        accuracies = self.accuracies()
+        return accuracies | {
+            "observed_samples": self.samples,
+            "performance": accuracies["acc"],
+            "num_classes": pl_module.num_classes,
+        }
+
+    def attack_baseline(self, num_classes: int) -> float:
+        return 1.0 / num_classes
 
     def state_dict(self) -> dict:
         self._collect()

@@ -1,0 +1,117 @@
+"""The FedBCD recipe: communication rounds to target against the local updates Q per schedule,
+and the validation metric over rounds."""
+
+from __future__ import annotations
+
+import math
+
+from vfl_lightning.report import charts, figures
+from vfl_lightning.report.aggregate import summarize
+from vfl_lightning.report.document import Context, Panel, Section, ordered
+from vfl_lightning.report.markdown import has, number, table
+from vfl_lightning.report.runs import Group
+
+SCHEDULES = {
+    "fedsgd": "FedSGD",
+    "fedbcd": "FedBCD-p",
+    "fedbcd_s": "FedBCD-s",
+    "fedpbcd": "FedPBCD-p",
+}
+
+
+def short_label(group: Group) -> Group:
+    """The group labelled without its algo name (the panel names the schedule)."""
+    rest = group.label.removeprefix(group.algo).strip()
+    return Group(rest or group.label, group.values, group.runs)
+
+
+def fedbcd(ctx: Context) -> Section:
+    """Rounds to target against Q per schedule; the validation metric over rounds."""
+    section = Section(
+        "FedBCD: rounds to target",
+        "Q local updates per exchange; rounds to target are counted by the TargetTracker at "
+        "every validation (mean over the seeds that reached it, (k/n) when only k did).",
+    )
+    metric = "val/auroc" if has(ctx.runs, "val/auroc") else ctx.y
+    groups = ordered(ctx.groups, "fedbcd")
+    series: dict[str, list] = {}
+    for group in groups:
+        name = SCHEDULES.get(group.algo, group.algo)
+        series.setdefault(name, []).append(
+            (group, "algo.local_steps", "rounds_to_target", "filled")
+        )
+    target = ctx.runs[0].results.get("target_metric"), ctx.runs[0].results.get("target_value")
+    section.add_figure(
+        "fedbcd_rounds_vs_q",
+        charts.points(
+            series,
+            f"{ctx.title}: rounds until {target[0]} ≥ {target[1]}",
+            "local updates per exchange Q",
+            "communication rounds to target (log scale)",
+            connect=True,
+            log_x=True,
+            log_y=True,
+            dodge=0.04,
+            integer_ticks=True,
+            not_reached=True,
+        ),
+        "rounds to target against Q per schedule (p: parallel, s: sequential, proximal); "
+        "mean ± std over seeds, k/n: only k of n seeds reached the target",
+    )
+    facets = [
+        (SCHEDULES.get(algo, algo), [short_label(g) for g in groups if g.algo == algo])
+        for algo in dict.fromkeys(g.algo for g in groups)
+    ]
+    reference = (target[1], f"target {target[1]:g}") if target[0] == metric else None
+    section.add_figure(
+        "fedbcd_metric_vs_rounds",
+        figures.facet_curves(
+            facets,
+            "comm/rounds",
+            metric,
+            f"{ctx.title}: {figures.label(metric)} per schedule",
+            log_x=True,
+            hline=reference,
+        ),
+        f"{figures.label(metric)} over communication rounds (log scale), one panel per schedule",
+    )
+    section.plotted.append(("comm/rounds", metric))
+    rows = []
+    for group in groups:
+        reached = summarize(group.values_of("rounds_to_target"))
+        per_seed = ", ".join(
+            "never" if not math.isfinite(v) else f"{v:.0f}"
+            for v in group.values_of("rounds_to_target")
+        )
+        rows.append(
+            [
+                SCHEDULES.get(group.algo, group.algo),
+                number(group.runs[0].value("algo.local_steps"), 3),
+                number(group.runs[0].value("algo.mu"), 3),
+                len(group.runs),
+                reached.text(1),
+                per_seed,
+                summarize(group.values_of(metric)).text(),
+                summarize(group.values_of("comm/rounds")).text(0),
+            ]
+        )
+    section.tables.append(
+        table(
+            [
+                "schedule",
+                "Q",
+                "μ",
+                "seeds",
+                "rounds to target",
+                "per seed",
+                f"final {metric}",
+                "rounds run",
+            ],
+            rows,
+        )
+    )
+    section.panels += [
+        Panel("line", f"{metric} over rounds", [metric], "comm/rounds"),
+        Panel("bar", "rounds to target", ["rounds_to_target"]),
+    ]
+    return section
