@@ -183,6 +183,7 @@ class RayParties(AsyncRayMethods, Parties):
         device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
         party_dir: str | None = None,
     ) -> None:
+        self.factory = factory
         self.time_scale = float(time_scale)
         self.party_dir = None if party_dir is None else str(Path(party_dir).resolve())
         options = party_options(party_resources, num_parties)
