@@ -31,10 +31,11 @@ SPLITS = ("train", "val", "test")
 class PartyActor(AsyncPartyMethods):
     """Party ``party`` of the run, built by the run's picklable :class:`PartyFactory`.
 
-    The factory builds the data module from the same data config and partition and keeps only
-    this party's slice of each split (no labels, no other party's columns); builds the party
-    models in the driver's order under the run's seed and keeps its own (so initial parameters
-    equal the local runtime's); builds its optimizer and mechanism. The actor makes a fresh
+    The factory loads only this party's columns of each split (its own party file, or its slice
+    of the built-in data module: no labels, no other party's columns); builds the party models in
+    the local run's order under the run's seed and keeps its own (so initial parameters equal the
+    local runtime's); builds its optimizer and mechanism. Its state (model, optimizer,
+    generators) goes to its own directory ``party_dir`` (:mod:`~vfl_lightning.runtime.party_state`). The actor makes a fresh
     X25519 key. Updates go through the same party-side code as the local parties
     (:mod:`~vfl_lightning.algorithms.party_updates`); the asynchronous family's calls are in
     :class:`~vfl_lightning.runtime.ray_async.AsyncPartyMethods`.
