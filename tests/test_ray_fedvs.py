@@ -136,6 +136,44 @@ def test_trains_like_the_local_runtime_on_the_protocol_ledger_and_clock(ray_fedv
     assert here.serialized_bytes == 0
 
 
+def test_evaluation_decodes_the_average_from_coded_embeddings_exactly(ray_fedvs):
+    """Under Ray, FedVS evaluation goes through the coded path: each client shares its
+    evaluation split once and its model per evaluation, and no plain embedding is sent. On weights
+    on the 2^-l_w grid the decoded average is exactly the average of the quantized products."""
+    cfg, _, module = ray_fedvs
+    parties, codec = module.party_side, module.codec
+    saved = actor_states(parties)
+    load_actor_states(parties, on_grid(saved, codec.l_w))
+    try:
+        val_xs = party_columns(cfg, module.num_parties, "val")
+        weights = [w for name, w in actor_parameters(parties) if name.endswith("weight")]
+        idx = torch.tensor([5, 0, 17, 3, 3, 40])
+        parties.restart_stream("val")
+        decoded = parties.eval_average(val_xs, idx, "val")
+        total = torch.zeros(len(idx), 16, dtype=torch.long)
+        plain = torch.zeros(len(idx), 16)
+        for x, w in zip(val_xs, weights, strict=True):
+            power = PolynomialNetwork(x.shape[1:], degree=2).power_features(x[idx])
+            product = field_matmul(
+                quantize(power, codec.l_x, codec.prime), quantize(w, 8, codec.prime), codec.prime
+            )
+            total = (total + product) % codec.prime
+            plain += power @ w / module.num_parties
+        expected = codec.code.dequantize_average(total[None], codec.l_x, codec.l_w)[0]
+        assert decoded.dtype == torch.float32
+        assert torch.equal(decoded, expected.to(torch.float32))
+        assert torch.allclose(decoded, plain, atol=0.05)
+        with pytest.raises(RuntimeError, match="coded path"):
+            parties.eval_embeddings(val_xs, idx, "val")
+        # a second evaluation shares the models again (a new exchange), the data shares once
+        exchange = parties.eval_exchanges["val"]
+        parties.restart_stream("val")
+        assert torch.equal(parties.eval_average(val_xs, idx, "val"), decoded)
+        assert parties.eval_exchanges["val"] == exchange + 1
+    finally:
+        load_actor_states(parties, saved)
+
+
 def test_a_dead_actor_stops_the_round_in_one_line(ray_fedvs):
     import ray
 
@@ -229,44 +267,6 @@ def test_wait_dp_clients_add_the_calibrated_noise_themselves(ray_session, tmp_pa
             assert abs(float(residual.std()) / dp.sigma - 1) < 0.05
     finally:
         module.party_side.close()
-
-
-def test_evaluation_decodes_the_average_from_coded_embeddings_exactly(ray_fedvs):
-    """Under Ray, FedVS evaluation goes through the coded path: each client shares its
-    evaluation split once and its model per evaluation, and no plain embedding is sent. On weights
-    on the 2^-l_w grid the decoded average is exactly the average of the quantized products."""
-    cfg, _, module = ray_fedvs
-    parties, codec = module.party_side, module.codec
-    saved = actor_states(parties)
-    load_actor_states(parties, on_grid(saved, codec.l_w))
-    try:
-        val_xs = party_columns(cfg, module.num_parties, "val")
-        weights = [w for name, w in actor_parameters(parties) if name.endswith("weight")]
-        idx = torch.tensor([5, 0, 17, 3, 3, 40])
-        parties.restart_stream("val")
-        decoded = parties.eval_average(val_xs, idx, "val")
-        total = torch.zeros(len(idx), 16, dtype=torch.long)
-        plain = torch.zeros(len(idx), 16)
-        for x, w in zip(val_xs, weights, strict=True):
-            power = PolynomialNetwork(x.shape[1:], degree=2).power_features(x[idx])
-            product = field_matmul(
-                quantize(power, codec.l_x, codec.prime), quantize(w, 8, codec.prime), codec.prime
-            )
-            total = (total + product) % codec.prime
-            plain += power @ w / module.num_parties
-        expected = codec.code.dequantize_average(total[None], codec.l_x, codec.l_w)[0]
-        assert decoded.dtype == torch.float32
-        assert torch.equal(decoded, expected.to(torch.float32))
-        assert torch.allclose(decoded, plain, atol=0.05)
-        with pytest.raises(RuntimeError, match="coded path"):
-            parties.eval_embeddings(val_xs, idx, "val")
-        # a second evaluation shares the models again (a new exchange), the data shares once
-        exchange = parties.eval_exchanges["val"]
-        parties.restart_stream("val")
-        assert torch.equal(parties.eval_average(val_xs, idx, "val"), decoded)
-        assert parties.eval_exchanges["val"] == exchange + 1
-    finally:
-        load_actor_states(parties, saved)
 
 
 def test_evaluation_rows_map_to_their_segment_and_position():
