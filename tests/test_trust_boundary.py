@@ -111,7 +111,8 @@ def assert_party_state_with_the_parties(checkpoint: dict, num_parties: int) -> N
     assert len(checkpoint["optimizer_states"]) == 1, "the head's optimizer only"
     for m in range(num_parties):
         state, problem = load_party_state(parties["party_dir"], m, parties["round"])
-        assert problem == "" and sorted(state) == ["generators", "model", "optimizer"]
+        assert problem == "" and {"generators", "model", "optimizer"} <= set(state)
+        assert state["model"] and all(torch.isfinite(t).all() for t in state["model"].values())
 
 
 def test_an_active_label_holder_keeps_exactly_its_own_slice(make_cfg, ray_session):
@@ -184,7 +185,13 @@ def test_a_party_state_of_another_round_or_party_is_refused(tmp_path):
 
 def test_a_resume_whose_party_state_is_missing_stops_in_one_line(make_cfg, ray_session):
     """The parties restore the round of the server's checkpoint or the run stops, naming it."""
-    common = ["algo=pbm", *TWO_PARTIES, "trainer.limit_train_batches=2", "runtime=ray"]
+    common = [
+        "algo=pbm",
+        *TWO_PARTIES,
+        "trainer.limit_train_batches=1",
+        "runtime=ray",
+        "test=false",
+    ]
     first = make_cfg(*common, "trainer.max_epochs=1")
     train(first)
     parties = torch.load(last_checkpoint(first), weights_only=False)["vfl"]["parties"]
