@@ -357,6 +357,7 @@ def test_cli_subprocess_one_error_line_no_traceback_and_the_error_in_the_run_log
         "error: algo=fedvs needs polynomial-network parties (party=pn), got MLPEncoder"
     ]
     assert proc.stderr.splitlines()[-1] == errors[0]
+    assert "results" not in output  # a refused configuration prints its error line alone
     assert "needs polynomial-network parties" not in output.replace(errors[0], "")
     assert "needs polynomial-network parties" in (tmp_path / "train.log").read_text()
     results = json.loads((tmp_path / "results.json").read_text())

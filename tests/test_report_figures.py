@@ -104,3 +104,14 @@ def test_bars_write_missing_values_and_keep_every_row_inside():
 )
 def test_summary_text(values, kwargs, text):
     assert summarize(values).text(**kwargs) == text
+
+
+def test_every_algo_has_its_own_colour_family():
+    """One colour per algo everywhere: the privacy recipe draws any algos side by side."""
+    from pathlib import Path
+
+    from vfl_lightning.report.figures import ALGO_COLORMAPS
+
+    algos = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "algo").glob("*.yaml"))
+    assert sorted(ALGO_COLORMAPS) == algos
+    assert len(set(ALGO_COLORMAPS.values())) == len(ALGO_COLORMAPS)

@@ -31,6 +31,30 @@ def test_the_local_simulation_keeps_its_fedvs_data_recipe():
     assert derive_seed(11, "simulation", "fedvs_data") == 11 * 7919 + 1
 
 
+@pytest.mark.parametrize("seed", [0, 7, 2**32 - 1])
+def test_numbered_streams_keep_the_recipes_they_had_before_one_function(seed):
+    """The data split, shuffle, stragglers, defenses and attacks drew from these seeds when each
+    file wrote its own recipe: the values are kept (digests and attack results reproduce)."""
+    name = "gradient_noise"
+    assert derive_seed(seed, "server", "shuffle", index=5) == seed * 100_003 + 5
+    assert derive_seed(seed, "server", "split") == seed
+    assert derive_seed(seed, "server", "split", index=1) == seed + 1
+    assert derive_seed(seed, "simulation", "stragglers") == seed + 7177
+    code = sum(map(ord, name))
+    assert derive_seed(seed, "server", "defense", index=code) == seed * 6_700_417 + code + 31
+    code = len(name) * 104_729
+    assert derive_seed(seed, "adversary", "attack", index=code) == seed * 7_919 + code + 23
+    assert derive_seed(seed, "adversary", "eavesdropper") == seed + 2_147
+    assert derive_seed(seed, "adversary", "collusion") == seed
+
+
+def test_index_is_refused_outside_the_numbered_streams():
+    with pytest.raises(
+        ValueError, match=r"index is for the numbered streams only, got 3 for 'val'"
+    ):
+        derive_seed(0, "server", "val", index=3)
+
+
 def test_no_two_parties_or_streams_share_a_seed():
     streams = ("train", "val", "test", "predict", "fedvs_data", "delays")
     seeds = [derive_seed(5, "party", s, m) for s in streams for m in range(64)]
@@ -52,7 +76,7 @@ def test_seeded_generator_draws_from_the_derived_seed():
     [
         (
             (0, "client", "train"),
-            r"role must be one of \('server', 'party', 'simulation'\), got 'client'",
+            r"role must be one of \('server', 'party', 'simulation', 'adversary'\), got 'client'",
         ),
         (
             (0, "server", "train", 1),
@@ -63,7 +87,7 @@ def test_seeded_generator_draws_from_the_derived_seed():
         ((0, "party", "train", True), r"party must be an integer >= 0, got True"),
         (
             (0, "simulation", "train"),
-            r"role='simulation' draws only the streams \['fedvs_data'\], got 'train'",
+            r"role='simulation' draws only the streams \['fedvs_data', 'stragglers'\], got 'train'",
         ),
     ],
 )

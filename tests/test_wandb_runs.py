@@ -223,6 +223,11 @@ def test_online_without_a_key_is_one_error_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))
     wandb.teardown()
+
+    def no_trainer(*args, **kwargs):
+        raise AssertionError("the trainer was built before the missing key was refused")
+
+    monkeypatch.setattr("vfl_lightning.run.train.make_trainer", no_trainer)
     try:
         with pytest.raises(SystemExit) as exit_info:
             run_train_py(

@@ -107,6 +107,17 @@ def login_hint(error: Exception) -> ConfigError:
     )
 
 
+def check_credentials() -> None:
+    """An online run needs an API key: refuse, before the trainer is built, a run that has none
+    (W&B's own check, without contacting the server)."""
+    import wandb
+
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun", "disabled"):
+        return
+    if not wandb.login(prompt=False, verify=False):
+        raise login_hint(RuntimeError("no API key configured"))
+
+
 class WandbLogger(LightningWandbLogger):
     """Lightning's ``WandbLogger`` for VFL runs.
 
@@ -147,6 +158,8 @@ class WandbLogger(LightningWandbLogger):
         **kwargs: Any,
     ) -> None:
         agent = under_sweep_agent()
+        if not offline and not agent and rank_zero_only.rank == 0:
+            check_credentials()
         info = hydra_run_info(run_prefix, seed)
         self._choices = info.get("choices", {})
         if agent:  # the agent's runs of one sweep share a group; the agent picks id and mode

@@ -10,10 +10,12 @@ MIX_1 = 0xBF58476D1CE4E5B9
 MIX_2 = 0x94D049BB133111EB
 UINT64 = (1 << 64) - 1
 
-ROLES = ("server", "party", "simulation")
+ROLES = ("server", "party", "simulation", "adversary")
 """Who draws: the server (the module's streams, the activation model of the asynchronous
-family), one party (its own noise, ZOO directions, work delays, FedVS data shares under Ray), or
-the local simulation drawing for every party at once (FedVS data shares under runtime=local)."""
+family, the data split and shuffle, its defenses), one party (its own noise, ZOO directions, work
+delays, FedVS data shares under Ray), the local simulation drawing for every party at once (FedVS
+data shares under runtime=local, the network's stragglers), or an attack's adversary (its
+auxiliary rows and known samples)."""
 
 STREAM_OFFSETS = {
     "train": 0,
@@ -30,10 +32,19 @@ STREAM_OFFSETS = {
 
 SPECIAL_STREAMS = {
     ("server", "activation"): (7_919, 104_729),
+    ("server", "split"): (1, 0),
+    ("server", "shuffle"): (100_003, 0),
+    ("server", "defense"): (6_700_417, 31),
     ("simulation", "fedvs_data"): (7_919, 1),
+    ("simulation", "stragglers"): (1, 7_177),
+    ("adversary", "attack"): (7_919, 23),
+    ("adversary", "eavesdropper"): (1, 2_147),
+    ("adversary", "collusion"): (1, 0),
 }
-"""Streams whose seed is ``seed * a + b`` for the (a, b) given: the recipes these streams had
-before seeds were derived in one place, kept so every earlier run reproduces bit for bit."""
+"""Streams whose seed is ``seed * a + b + index`` for the (a, b) given: the recipes these streams
+had before seeds were derived in one place, kept so every earlier run reproduces bit for bit.
+``index`` numbers the generators of one stream (the shuffle's epoch, the data split's two draws,
+a defense's or an attack's name code)."""
 
 
 def as_int64(value: int) -> int:
@@ -63,9 +74,10 @@ def splitmix64_int(x: int) -> int:
     return z ^ (z >> 31)
 
 
-def derive_seed(seed: int, role: str, stream: str, party: int | None = None) -> int:
+def derive_seed(seed: int, role: str, stream: str, party: int | None = None, index: int = 0) -> int:
     """The seed of ``role``'s generator of ``stream`` in the run seeded by ``seed`` (``party``:
-    the party's index, for ``role='party'`` only).
+    the party's index, for ``role='party'`` only; ``index``: which generator of a numbered
+    stream of :data:`SPECIAL_STREAMS`, 0 for the others).
 
     Server: ``seed * 1_000_003 + 7919 * offset + 17`` with the stream's offset
     (:data:`STREAM_OFFSETS`); party m: that number mixed with m + 1 through splitmix64, so no two
@@ -81,10 +93,12 @@ def derive_seed(seed: int, role: str, stream: str, party: int | None = None) -> 
         raise ValueError(f"party must be an integer >= 0, got {party!r}")
     special = SPECIAL_STREAMS.get((role, stream))
     if special is not None:
-        return int(seed) * special[0] + special[1]
-    if role == "simulation":
-        allowed = sorted(s for r, s in SPECIAL_STREAMS if r == "simulation")
-        raise ValueError(f"role='simulation' draws only the streams {allowed}, got {stream!r}")
+        return int(seed) * special[0] + special[1] + int(index)
+    if index:
+        raise ValueError(f"index is for the numbered streams only, got {index!r} for {stream!r}")
+    if role in ("simulation", "adversary"):
+        allowed = sorted(s for r, s in SPECIAL_STREAMS if r == role)
+        raise ValueError(f"role={role!r} draws only the streams {allowed}, got {stream!r}")
     base = int(seed) * 1_000_003 + 7919 * STREAM_OFFSETS.get(stream, 3) + 17
     if role == "server":
         return base

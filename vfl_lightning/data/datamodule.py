@@ -18,6 +18,7 @@ from vfl_lightning.data.datasets import load_dataset
 from vfl_lightning.data.partition import PartySlice, make_partition
 from vfl_lightning.data.raw import RawDataset, binary_view
 from vfl_lightning.data.resumable import ResumableLoader
+from vfl_lightning.seeding import derive_seed
 
 STAGES = ("train", "val", "test")
 
@@ -71,7 +72,9 @@ class EpochBatchSampler(Sampler[torch.Tensor]):
 
     def __iter__(self):
         if self.shuffle:
-            gen = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+            gen = torch.Generator().manual_seed(
+                derive_seed(self.seed, "server", "shuffle", index=self.epoch)
+            )
             order = torch.randperm(self.size, generator=gen)
         else:
             order = torch.arange(self.size)
@@ -186,9 +189,13 @@ class VerticalDataModule(L.LightningDataModule):
             pool = np.setdiff1d(everything, test)
             val_share = self.val_fraction
         else:
-            pool, test = self._stratified(everything, raw.y, self.test_fraction, self.seed)
+            pool, test = self._stratified(
+                everything, raw.y, self.test_fraction, derive_seed(self.seed, "server", "split")
+            )
             val_share = self.val_fraction / (1.0 - self.test_fraction)
-        train, val = self._stratified(pool, raw.y, val_share, self.seed + 1)
+        train, val = self._stratified(
+            pool, raw.y, val_share, derive_seed(self.seed, "server", "split", index=1)
+        )
         return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
     @staticmethod

@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from vfl_lightning.data.datamodule import VerticalDataModule, as_is
 from vfl_lightning.data.resumable import ResumableLoader
+from vfl_lightning.seeding import derive_seed
 
 
 def check_segments(size: int, segments: int, per_segment_batch: int) -> None:
@@ -46,7 +47,9 @@ class SegmentBatchSampler(Sampler[torch.Tensor]):
         return self.segment_size // self.per_segment_batch
 
     def __iter__(self):
-        gen = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        gen = torch.Generator().manual_seed(
+            derive_seed(self.seed, "server", "shuffle", index=self.epoch)
+        )
         order = torch.randperm(self.segment_size, generator=gen)
         offsets = torch.arange(self.segments)[:, None] * self.segment_size
         for start in range(0, len(self) * self.per_segment_batch, self.per_segment_batch):

@@ -15,7 +15,28 @@ from vfl_lightning.report.aggregate import Summary, summarize
 from vfl_lightning.report.figures import algo_color, legend, new_figure, plain_log_axis
 from vfl_lightning.report.runs import Group
 
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
+MARKERS = (
+    "o",
+    "s",
+    "^",
+    "D",
+    "v",
+    "P",
+    "X",
+    "*",
+    "h",
+    "<",
+    ">",
+    "p",
+    "d",
+    "8",
+    "H",
+    "1",
+    "2",
+    "3",
+    "4",
+    "+",
+)
 
 
 def points(

@@ -3,6 +3,7 @@ colour family per algo in every figure, plain-number log axes, every axis labell
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,23 +39,27 @@ LABELS = {
 # family's dark shade, several groups of one algo (b, β; Q; K) take lighter to darker shades.
 ALGO_COLORMAPS = {
     "npq": "Greys",
-    "splitnn": "PuBu",
+    "splitnn": "RdPu",
     "pbm": "Blues",
     "ldp": "Oranges",
     "vafl": "Greens",
     "syn_zoo_vfl": "Purples",
     "zoo_vfl": "YlOrBr",
     "cascade": "Reds",
-    "fedsgd": "Greys",
-    "fedbcd": "Blues",
-    "fedbcd_s": "Oranges",
-    "fedpbcd": "Greens",
-    "fedvs": "Reds",
-    "fedvs_wait": "Blues",
+    "fedsgd": "PuBuGn",
+    "fedbcd": "GnBu",
+    "fedbcd_s": "YlOrRd",
+    "fedpbcd": "YlGn",
+    "fedvs": "OrRd",
+    "fedvs_wait": "PuBu",
     "fedvs_ignore": "BuGn",
-    "fedvs_wait_dp": "Purples",
+    "fedvs_wait_dp": "BuPu",
 }
-OTHER_COLORMAPS = ("RdPu", "YlGn", "GnBu", "OrRd", "PuRd")
+"""No two algos share a colour family, so an algo keeps its colour in every figure, the privacy
+recipe's (which puts any algos together) included."""
+OTHER_COLORMAPS = ("YlGnBu", "PuRd", "copper", "pink", "summer")
+# legend entries beyond which a one-panel figure puts its legend below the panel
+MANY = 12
 # x axes whose values are whole numbers: integer ticks only
 INTEGER_AXES = ("epoch", "comm/rounds", "global_step")
 
@@ -181,8 +186,13 @@ def curves(
     log_x: bool = False,
     hline: tuple[float, str] | None = None,
 ) -> Figure | None:
-    """Curves of ``ys`` against ``x`` per group in one panel; ``None`` when nothing to draw."""
-    fig, (ax,) = new_figure(title)
+    """Curves of ``ys`` against ``x`` per group in one panel; ``None`` when nothing to draw.
+    More than :data:`MANY` entries: the legend goes below the panel (two columns for short
+    labels, one for long ones), the figure growing with it, so no label is cut."""
+    entries = len(groups) * len(ys)
+    columns = 2 if max((len(g.label) for g in groups), default=0) <= 55 else 1
+    rows = math.ceil(entries / columns) if entries > MANY else 0
+    fig, (ax,) = new_figure(title, height=4.4 + 0.16 * rows)
     drawn = draw_curves(ax, groups, x, ys)
     if not drawn:
         plt.close(fig)
@@ -192,7 +202,13 @@ def curves(
     ax.set_ylabel(
         label(ys[0]) if len(ys) == 1 else "accuracy (solid: deployed, dashed: noise-free)"
     )
-    legend(ax, drawn)
+    if rows:
+        handles, labels = ax.get_legend_handles_labels()
+        fig.legend(
+            handles, labels, loc="outside lower center", ncol=columns, fontsize=7, frameon=False
+        )
+    else:
+        legend(ax, drawn)
     return fig
 
 

@@ -31,4 +31,4 @@ def prepare_process(cfg: DictConfig) -> None:
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
     quiet_lightning()
-    L.seed_everything(cfg.seed, workers=True)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)

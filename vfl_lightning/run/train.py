@@ -16,7 +16,13 @@ from vfl_lightning.curve import CurveWriter
 from vfl_lightning.run.assemble import build_in_data_dir, make_callbacks, make_loggers, make_trainer
 from vfl_lightning.run.checks import check_output_dir, check_run_config, check_runtime, runtime_name
 from vfl_lightning.run.config_checks import check_config
-from vfl_lightning.run.outcome import RUN_LOG_ONLY, error_summary, finish_wandb, interrupted
+from vfl_lightning.run.outcome import (
+    RUN_LOG_ONLY,
+    error_summary,
+    exit_code,
+    finish_wandb,
+    interrupted,
+)
 from vfl_lightning.run.process import freeze_import_time_objects, prepare_process
 from vfl_lightning.run.ray_session import attach_ray_parties, start_ray, stop_ray
 from vfl_lightning.run.results import (
@@ -45,6 +51,7 @@ def train(cfg: DictConfig) -> dict:
     trainer: L.Trainer | None = None
     module: VFLModule | None = None
     started_ray = False
+    refused = False
     try:
         check_output_dir(output_dir)
         check_run_config(cfg)
@@ -80,6 +87,7 @@ def train(cfg: DictConfig) -> dict:
                 logger.finish_run(results, curve)
         return results
     except BaseException as error:
+        refused = exit_code(error) == 2  # a configuration refusal: its error line says it all
         results["status"] = "interrupted" if interrupted(error) else "failed"
         results |= progress_results(module, trainer)
         results["error"] = error_summary(error)
@@ -98,5 +106,5 @@ def train(cfg: DictConfig) -> dict:
             write_results(output_dir / "results.json", results)
             log.info("results: %s", output_dir / "results.json", extra=RUN_LOG_ONLY)
         finish_wandb(0 if results["status"] == "finished" else 1)
-        if written:
+        if written and not refused:
             print_summary(results, output_dir)

@@ -3,9 +3,8 @@ its :class:`Network` (message sizes, latency, stragglers)."""
 
 from __future__ import annotations
 
+from vfl_lightning.seeding import derive_seed
 from vfl_lightning.wire.network import Network
-
-STRAGGLER_SEED_OFFSET = 7177
 
 
 class SimulatedClock:
@@ -20,7 +19,9 @@ class SimulatedClock:
 
     def __init__(self, network: Network | None = None, num_parties: int = 1, seed: int = 0) -> None:
         self.network = network or Network()
-        self.delays = self.network.stragglers(num_parties, seed + STRAGGLER_SEED_OFFSET)
+        self.delays = self.network.stragglers(
+            num_parties, derive_seed(seed, "simulation", "stragglers")
+        )
         self.now = 0.0
 
     def advance(self, seconds: float) -> float:

@@ -7,6 +7,7 @@ import torch
 
 from vfl_lightning.privacy.attacks.harness import WireAttack
 from vfl_lightning.privacy.attacks.label_inference import ClientObservation, infer_labels
+from vfl_lightning.seeding import derive_seed
 from vfl_lightning.wire.ledger import DOWNLINK, UPLINK
 
 
@@ -80,7 +81,9 @@ class LabelInferenceAttack(WireAttack):
             return
         generator = self._eavesdropper_generator
         if generator is None or generator.device != labels.device:
-            generator = torch.Generator(device=labels.device).manual_seed(self.seed + 2_147)
+            generator = torch.Generator(device=labels.device).manual_seed(
+                derive_seed(self.seed, "adversary", "eavesdropper")
+            )
             self._eavesdropper_generator = generator
         client = infer_labels(observation)
         eavesdropper = infer_labels(observation, knows_perturbation=False, generator=generator)

@@ -15,6 +15,7 @@ import torch
 
 from vfl_lightning.mechanisms.field import field_matmul, lagrange_coefficients, quantize
 from vfl_lightning.mechanisms.lcc import LagrangeCode
+from vfl_lightning.seeding import derive_seed
 
 
 def collude(code: LagrangeCode, shares: torch.Tensor, colluders: Sequence[int]) -> torch.Tensor:
@@ -43,7 +44,7 @@ def collusion_experiment(
     mean fraction of entries recovered exactly (``exact_fraction``) and the fraction of trials
     with every entry exact (``all_exact``)."""
     code = LagrangeCode(num_clients, K, T)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(derive_seed(seed, "adversary", "collusion"))
     rows = []
     for size in range(1, K + T + 1):
         exact, complete = 0.0, 0

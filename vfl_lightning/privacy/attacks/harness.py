@@ -11,6 +11,7 @@ import torch
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.privacy.analysis.dcs import defense_capability_score
 from vfl_lightning.privacy.attacks.views import ROLES, BatchRecorder
+from vfl_lightning.seeding import derive_seed
 
 
 class WireAttack(L.Callback, ABC):
@@ -43,7 +44,9 @@ class WireAttack(L.Callback, ABC):
 
     def generator(self) -> torch.Generator:
         """The attack's own randomness (auxiliary rows, known samples): never the global RNG."""
-        return torch.Generator().manual_seed(self.seed * 7_919 + len(self.name) * 104_729 + 23)
+        return torch.Generator().manual_seed(
+            derive_seed(self.seed, "adversary", "attack", index=len(self.name) * 104_729)
+        )
 
     def refuse(self, reason: str) -> None:
         """One configuration error line: this attack cannot run on this protocol, and why."""

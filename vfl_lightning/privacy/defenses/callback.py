@@ -17,12 +17,15 @@ from vfl_lightning.privacy.defenses.gradient import (
     sparsify,
 )
 from vfl_lightning.privacy.defenses.label_dp import randomized_response
+from vfl_lightning.seeding import derive_seed
 from vfl_lightning.wire import UPLINK
 
 
 def defense_generator(seed: int, name: str) -> torch.Generator:
     """The defense's own randomness (never the global RNG, never the protocol's streams)."""
-    return torch.Generator().manual_seed(seed * 6_700_417 + sum(map(ord, name)) + 31)
+    return torch.Generator().manual_seed(
+        derive_seed(seed, "server", "defense", index=sum(map(ord, name)))
+    )
 
 
 class Defense(L.Callback):
