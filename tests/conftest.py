@@ -194,3 +194,38 @@ def kill_party(make_cfg, common, *, epoch: int, batch: int, party: int) -> tuple
     results = json.loads((Path(killed.paths.output_dir) / "results.json").read_text())
     assert results["status"] == "failed" and results["error"] == message
     return killed, message
+
+
+# ----------------------------------------------------------------- what Ray parties hold
+# The tests' view of the parties (an observer's, not the server's: the server reaches none of it).
+def actor_states(party_side) -> list[dict]:
+    """Every Ray party actor's state (model, optimizer, generators), read from the actors."""
+    import ray
+
+    return ray.get([actor.state_dict.remote() for actor in party_side.actors])
+
+
+def load_actor_states(party_side, states: list[dict]) -> None:
+    import ray
+
+    ray.get([a.load_state_dict.remote(s) for a, s in zip(party_side.actors, states, strict=True)])
+
+
+def actor_parameters(party_side) -> list[tuple[str, torch.Tensor]]:
+    """Every Ray party's model tensors as (``parties.<m>.<name>``, tensor), party by party."""
+    return [
+        (f"parties.{m}.{name}", tensor)
+        for m, state in enumerate(actor_states(party_side))
+        for name, tensor in state["model"].items()
+    ]
+
+
+def saved_party_states(checkpoint: dict) -> list[dict]:
+    """The states the Ray parties saved in their own directories for a server checkpoint."""
+    from vfl_lightning.runtime.party_state import load_party_state
+
+    saved = checkpoint["vfl"]["parties"]
+    folders = sorted(Path(saved["party_dir"]).glob("party_*"), key=lambda p: int(p.name[6:]))
+    states = [load_party_state(saved["party_dir"], m, saved["round"]) for m in range(len(folders))]
+    assert all(state is not None for state, _ in states), states
+    return [state for state, _ in states]

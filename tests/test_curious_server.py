@@ -170,7 +170,7 @@ def test_c_pinned_identities_from_the_config_refuse_a_first_use_substitution(
     from vfl_lightning.mechanisms.identity import identity_public_bytes, load_or_create_identity
 
     parties = tmp_path / "parties"
-    pins = [identity_public_bytes(load_or_create_identity(parties / f"party{m}")) for m in (0, 1)]
+    pins = [identity_public_bytes(load_or_create_identity(parties / f"party_{m}")) for m in (0, 1)]
     use_server(monkeypatch, SubstitutingServer)
     pinned = f"runtime.known_parties={{0: '{pins[0].hex()}', 1: '{pins[1].hex()}'}}"
     cfg = make_cfg("algo=pbm", *SMALL, "runtime=ray", f"runtime.party_dir={parties}", pinned)

@@ -1,14 +1,17 @@
 """Model digests of reference 2-epoch runs (logger=none, seed 0): a refactor must reproduce every
-parameter bit for bit, so each digest here is the one these runs have always printed."""
+parameter bit for bit. Each run is checked twice: the digest it prints, and the parameter digest
+of the formula before issue 22 (the values these runs always printed until then)."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import compose_config
+from lightning import Callback
 
+from vfl_lightning.algorithms.parties import tensor_digest
 from vfl_lightning.train import train
 
-REFERENCE_DIGESTS = {
+PARAMETER_DIGESTS = {
     "algo=npq": "672b8746ec0c59389c00cdb04e94394054d343b60f956a276b5bc4ad93bbe22f",
     "algo=pbm": "fc62a7828d10a2823833d36b19b3297e215b89e8a91ae2c04330829cabb69635",
     "algo=ldp": "54b64192ab4bd385bf48b1ac72e5b5b3a1c56142bee2696b7f997f1fe5a62bec",
@@ -20,11 +23,44 @@ REFERENCE_DIGESTS = {
 }
 
 
-@pytest.mark.parametrize("override", sorted(REFERENCE_DIGESTS))
+"""The formula before issue 22: one :func:`tensor_digest` over every named parameter (parties
+0..M-1 as ``parties.<m>.<name>``, the head, the server's own party model)."""
+
+REFERENCE_DIGESTS = {
+    "algo=npq": "bfa284a4b9ca67939addc01052d2b57fb2db7c8927b61499c535825d7edb9273",
+    "algo=pbm": "8a53f95e5df965d16d1f2649acb6e342e30db8c2cc04bac5269e95106bdea8cd",
+    "algo=ldp": "eb39d0c95238eabe21da29801e3410e825ee263530588bbb4566f6866cfc9c3f",
+    "algo=fedbcd": "e6fb767a2c229b3534d53607fe52e8635bdbf523c8f25c94db009b49bf1ad17d",
+    "algo=splitnn": "8c85cd76a6a98147f57f3a28c3493709a1686b9cf0eeb9d50aca0ad7a0cb517a",
+    "experiment=cascade_digits": "8f48684ded6f757a7654f58f51f987ab2cadc547b1bd4342fc7b3873cf63e872",
+    "experiment=fedvs_digits": "b9b32aac359000952360d624f46b45d17b6d06df30cb555aa162aca55e63ee8e",
+    "experiment=fedbcd_digits": "96d72a5ef466fa7ee4b1afcaeff4906cea8999ffe80d346ebe53b78be4353f6d",
+}
+"""``model_digest`` as printed since issue 22: SHA-256 over each holder's own parameter digest."""
+
+
+class ParameterDigest(Callback):
+    """Records the pre-issue-22 parameter digest of a local run's module at the end of fit."""
+
+    value: str | None = None
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        named = [(f"parties.{n}", p) for n, p in pl_module.parties.named_parameters()]
+        named += [(f"head.{n}", p) for n, p in pl_module.head.named_parameters()]
+        if pl_module.server_party is not None:
+            own = pl_module.server_party.named_parameters()
+            named += [(f"server_party.{n}", p) for n, p in own]
+        ParameterDigest.value = tensor_digest(named).hexdigest()
+
+
+@pytest.mark.parametrize("override", sorted(PARAMETER_DIGESTS))
 def test_reference_digest(tmp_path, override):
     """The 8 runs take about 4 s together, so all of them stay in the default suite."""
-    cfg = compose_config(tmp_path, override, "seed=0", "trainer.max_epochs=2")
+    record = "+callbacks.parameters._target_=test_digests.ParameterDigest"
+    cfg = compose_config(tmp_path, override, "seed=0", "trainer.max_epochs=2", record)
+    ParameterDigest.value = None
     results = train(cfg)
+    assert ParameterDigest.value == PARAMETER_DIGESTS[override], "the parameters moved"
     assert results["model_digest"] == REFERENCE_DIGESTS[override]
     reported = {"train/loss_epoch", "train/acc", "val/loss", "val/acc", "test/acc"}
     assert reported <= set(results), "fit and test metrics both reach results.json"

@@ -12,8 +12,8 @@ import lightning as L
 import pytest
 import torch
 from conftest import RAY_TWO_PARTIES as TWO_PARTIES
+from conftest import actor_parameters, kill_party, saved_party_states
 from conftest import checkpoint_wire as wire_state
-from conftest import kill_party
 from conftest import last_checkpoint as last
 from hydra.utils import instantiate
 
@@ -76,7 +76,8 @@ def fit_with_transcript(cfg, runtime: str, submission_order=None):
     trainer = instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=[])
     try:
         trainer.fit(module, datamodule=datamodule)
-        return trainer, module, module.party_side.named_parameters()
+        named = actor_parameters(module.party_side) if runtime == "ray" else []
+        return trainer, module, named
     finally:
         module.party_side.close()
 
@@ -140,8 +141,8 @@ class CheckResumedParties(L.Callback):
         self.ckpt_path = ckpt_path
 
     def on_train_start(self, trainer, pl_module) -> None:
-        saved = torch.load(self.ckpt_path, weights_only=False)["vfl"]["parties"]["actors"]
-        for name, tensor in pl_module.party_side.named_parameters():
+        saved = saved_party_states(torch.load(self.ckpt_path, weights_only=False))
+        for name, tensor in actor_parameters(pl_module.party_side):
             _, party, key = name.split(".", 2)
             assert torch.equal(tensor, saved[int(party)]["model"][key]), name
 
@@ -170,7 +171,8 @@ def test_dead_actor_stops_in_one_line_and_the_run_resumes_from_its_checkpoint(
     ), message
     checkpoint = torch.load(last(killed), weights_only=False)
     assert checkpoint["epoch"] == 0 and checkpoint["async"]["activation"]["position"] == 6
-    actors = checkpoint["vfl"]["parties"]["actors"]
+    assert sorted(checkpoint["vfl"]["parties"]) == ["party_dir", "round"]
+    actors = saved_party_states(checkpoint)
     assert [sorted(actor["generators"]) for actor in actors] == [["delays", "train"]] * 2
     check = [f"_target_={__name__}.CheckResumedParties", f"ckpt_path={last(killed)}"]
     resumed_cfg = make_cfg(

@@ -10,13 +10,23 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from conftest import compose_config, kill_party
+from conftest import (
+    actor_parameters,
+    actor_states,
+    compose_config,
+    kill_party,
+    load_actor_states,
+    saved_party_states,
+)
 from conftest import last_checkpoint as last
 
+from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.analytic_gaussian import privatize_embedding
+from vfl_lightning.mechanisms.base import release_round
 from vfl_lightning.mechanisms.field import field_matmul, quantize
 from vfl_lightning.models.pn import PolynomialNetwork
+from vfl_lightning.runtime.fedvs_eval import segment_rows
 from vfl_lightning.train import attach_ray_parties, build, train
 from vfl_lightning.wire import DOWNLINK, PEER, UPLINK
 
@@ -45,26 +55,32 @@ def ray_fedvs(ray_session, tmp_path_factory):
     module.party_side.close()
 
 
-def on_grid(state: dict, bits: int) -> dict:
-    """The actors' checkpoint state with every weight rounded to the 2^-bits grid, where
-    stochastic rounding (eq. 3) is exact, so the quantized models are known to the test."""
+def party_columns(cfg, num_parties: int, stage: str) -> list[torch.Tensor]:
+    """Every client's columns of ``stage`` (the test reads them; the server holds none)."""
+    factory = PartyFactory.from_config(cfg)
+    return [factory.own_columns(m)[0][stage] for m in range(num_parties)]
+
+
+def on_grid(states: list[dict], bits: int) -> list[dict]:
+    """The actors' states with every weight rounded to the 2^-bits grid, where stochastic
+    rounding (eq. 3) is exact, so the quantized models are known to the test."""
     actors = []
-    for actor in state["actors"]:
+    for actor in states:
         model = dict(actor["model"])
         model["weight"] = torch.round(model["weight"] * 2**bits) / 2**bits
         actors.append(actor | {"model": model})
-    return {"actors": actors}
+    return actors
 
 
 def test_decodes_exactly_from_the_first_R_arrivals_never_the_straggler(ray_fedvs):
-    _, datamodule, module = ray_fedvs
+    cfg, datamodule, module = ray_fedvs
     parties, codec = module.party_side, module.codec
-    saved = parties.state_dict()
-    parties.load_state_dict(on_grid(saved, codec.l_w))
+    saved = actor_states(parties)
+    load_actor_states(parties, on_grid(saved, codec.l_w))
     N, p = module.num_parties, codec.prime
-    train_xs = datamodule.splits["train"].xs
+    train_xs = party_columns(cfg, module.num_parties, "train")
     power = [PolynomialNetwork(x.shape[1:], degree=2).power_features(x) for x in train_xs]
-    weights = [w for name, w in parties.named_parameters() if name.endswith("weight")]
+    weights = [w for name, w in actor_parameters(parties) if name.endswith("weight")]
     quantized_x = [quantize(f, codec.l_x, p) for f in power]
     quantized_w = [quantize(w, codec.l_w, p) for w in weights]
     bits = parties.share_data()
@@ -86,7 +102,7 @@ def test_decodes_exactly_from_the_first_R_arrivals_never_the_straggler(ray_fedvs
         assert torch.equal(decoded[0], plain)
         average = codec.decode_average(coded, responders)
         assert torch.equal(average, codec.code.dequantize_average(plain[None], 8, 8)[0])
-    parties.load_state_dict(saved)
+    load_actor_states(parties, saved)
 
 
 def test_trains_like_the_local_runtime_on_the_protocol_ledger_and_clock(ray_fedvs, tmp_path):
@@ -120,6 +136,44 @@ def test_trains_like_the_local_runtime_on_the_protocol_ledger_and_clock(ray_fedv
     payload = sum(remote.bits[PEER]) / 8 + 4 * (3 + 4) * 64 * 16 * 4
     assert payload < remote.serialized_bytes < 1.2 * payload
     assert here.serialized_bytes == 0
+
+
+def test_evaluation_decodes_the_average_from_coded_embeddings_exactly(ray_fedvs):
+    """Under Ray, FedVS evaluation goes through the coded path: each client shares its
+    evaluation split once and its model per evaluation, and no plain embedding is sent. On weights
+    on the 2^-l_w grid the decoded average is exactly the average of the quantized products."""
+    cfg, _, module = ray_fedvs
+    parties, codec = module.party_side, module.codec
+    saved = actor_states(parties)
+    load_actor_states(parties, on_grid(saved, codec.l_w))
+    try:
+        val_xs = party_columns(cfg, module.num_parties, "val")
+        weights = [w for name, w in actor_parameters(parties) if name.endswith("weight")]
+        idx = torch.tensor([5, 0, 17, 3, 3, 40])
+        parties.restart_stream("val", release_round("val", 0))
+        decoded = parties.eval_average(val_xs, idx, "val")
+        total = torch.zeros(len(idx), 16, dtype=torch.long)
+        plain = torch.zeros(len(idx), 16)
+        for x, w in zip(val_xs, weights, strict=True):
+            power = PolynomialNetwork(x.shape[1:], degree=2).power_features(x[idx])
+            product = field_matmul(
+                quantize(power, codec.l_x, codec.prime), quantize(w, 8, codec.prime), codec.prime
+            )
+            total = (total + product) % codec.prime
+            plain += power @ w / module.num_parties
+        expected = codec.code.dequantize_average(total[None], codec.l_x, codec.l_w)[0]
+        assert decoded.dtype == torch.float32
+        assert torch.equal(decoded, expected.to(torch.float32))
+        assert torch.allclose(decoded, plain, atol=0.05)
+        with pytest.raises(RuntimeError, match="coded path"):
+            parties.eval_embeddings(val_xs, idx, "val")
+        # a second evaluation shares the models again (a new exchange), the data shares once
+        exchange = parties.eval_exchanges["val"]
+        parties.restart_stream("val", release_round("val", 1))
+        assert torch.equal(parties.eval_average(val_xs, idx, "val"), decoded)
+        assert parties.eval_exchanges["val"] == exchange + 1
+    finally:
+        load_actor_states(parties, saved)
 
 
 def test_a_dead_actor_stops_the_round_in_one_line(ray_fedvs):
@@ -167,7 +221,7 @@ def test_dead_actor_then_resume_equals_the_straight_run(make_cfg, ray_session):
     killed, message = kill_party(make_cfg, common, epoch=1, batch=1, party=3)
     assert message.startswith("party 3's Ray actor died at training round 4 (model shares)")
     checkpoint = torch.load(last(killed), weights_only=False)
-    assert checkpoint["epoch"] == 0 and len(checkpoint["vfl"]["parties"]["actors"]) == 4
+    assert checkpoint["epoch"] == 0 and len(saved_party_states(checkpoint)) == 4
     resumed_cfg = make_cfg(*common, f"ckpt_path={last(killed)}")
     resumed = train(resumed_cfg)
     assert resumed["model_digest"] == expected["model_digest"]
@@ -211,8 +265,8 @@ def test_wait_dp_clients_add_the_calibrated_noise_themselves(ray_session, tmp_pa
     try:
         parties, dp = module.party_side, module.dp
         idx = torch.arange(256)
-        xs = [x[idx] for x in datamodule.splits["val"].xs]
-        weights = [w for name, w in parties.named_parameters() if name.endswith("weight")]
+        xs = [x[idx] for x in party_columns(cfg, module.num_parties, "val")]
+        weights = [w for name, w in actor_parameters(parties) if name.endswith("weight")]
         noisy = parties.eval_embeddings(xs, idx, "val")
         assert parties.clean_embeddings(xs) is None
         for x, w, h in zip(xs, weights, noisy, strict=True):
@@ -222,3 +276,29 @@ def test_wait_dp_clients_add_the_calibrated_noise_themselves(ray_session, tmp_pa
             assert abs(float(residual.std()) / dp.sigma - 1) < 0.05
     finally:
         module.party_side.close()
+
+
+def test_evaluation_rows_map_to_their_segment_and_position():
+    """K = 3 segments of S = 7 (a split of 19 rows padded to 21): every sample i is read back from
+    the decoded average's row of (segment i // S, position i mod S), whatever the batch order."""
+    segment, K = 7, 3
+    idx = torch.tensor([18, 0, 7, 14, 3, 10, 3, 17])
+    positions, rows = segment_rows(idx, segment)
+    assert positions.tolist() == [0, 3, 4]
+    # the decoded average, segment-major: row k * len(positions) + j is sample k * S + positions[j]
+    average = torch.tensor([k * segment + int(p) for k in range(K) for p in positions])
+    assert torch.equal(average[rows], idx)
+
+
+@pytest.mark.slow
+def test_coded_evaluation_in_two_segments_scores_as_the_local_plain_evaluation(
+    make_cfg, ray_session
+):
+    """K = 2 (R = 5 of 8 clients): the whole validation split, decoded from coded embeddings,
+    scores as the local runtime's plain evaluation (a misplaced row would score near chance)."""
+    common = ["experiment=fedvs_digits", "algo.K=2", "trainer.max_epochs=4", "test=false"]
+    common += ["algo.max_simulated_s=null", "runtime.time_scale=0.001"]
+    remote = train(make_cfg(*common, "runtime=ray"))
+    local = train(make_cfg(*common[:-1]))
+    assert local["val/acc"] > 0.6
+    assert abs(remote["val/acc"] - local["val/acc"]) <= 0.05, (remote["val/acc"], local["val/acc"])

@@ -17,10 +17,18 @@ delays, FedVS data shares under Ray), the local simulation drawing for every par
 data shares under runtime=local, the network's stragglers), or an attack's adversary (its
 auxiliary rows and known samples)."""
 
-STREAM_OFFSETS = {"train": 0, "val": 1, "test": 2, "fedvs_data": 4, "delays": 5}
+STREAM_OFFSETS = {
+    "train": 0,
+    "val": 1,
+    "test": 2,
+    "fedvs_data": 4,
+    "delays": 5,
+    "fedvs_eval_data": 6,
+}
 """Stream numbers of the server's and the parties' streams; any other stream (``predict``,
 ``sanity``) is number 3. ``fedvs_data``: FedVS data-share masks, re-drawn from the seed on resume;
-``delays``: an asynchronous client's real work delays under ``runtime=ray`` (checkpointed)."""
+``delays``: an asynchronous client's real work delays under ``runtime=ray`` (checkpointed);
+``fedvs_eval_data``: a FedVS client's evaluation data-share masks under ``runtime=ray``."""
 
 SPECIAL_STREAMS = {
     ("server", "activation"): (7_919, 104_729),

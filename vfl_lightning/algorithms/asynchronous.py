@@ -293,7 +293,7 @@ class HybridVFL(VFLModule):
             rows = stale[:, m].nonzero().squeeze(1)
             if rows.numel() == 0:
                 continue
-            fresh = self.party_side.embed_rows(m, xs[m][rows], idx[rows])
+            fresh = self.party_side.embed_rows(m, xs[m][rows] if xs else None, idx[rows])
             sent = self.wire.send(UPLINK, m, fresh, kind="refreshed_embedding")
             self.table.write(idx[rows], m, sent, iteration)
             self.refreshes += int(rows.numel())

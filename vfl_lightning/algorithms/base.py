@@ -20,7 +20,7 @@ from vfl_lightning import lightning_speedups
 from vfl_lightning.algorithms.epoch_metrics import EpochMetrics, make_clean_accuracy, make_metrics
 from vfl_lightning.algorithms.evaluation import EVAL_STAGES, Evaluation
 from vfl_lightning.algorithms.local_parties import LocalParties
-from vfl_lightning.algorithms.parties import Parties, tensor_digest
+from vfl_lightning.algorithms.parties import Parties, combined_digest, tensor_digest
 from vfl_lightning.algorithms.steps import ProtocolSteps
 from vfl_lightning.algorithms.watchdog import NonFiniteWatch
 from vfl_lightning.errors import ConfigError
@@ -55,6 +55,9 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     all ranks, so the server side runs on the global batch, and :meth:`backward_parties` sums the
     party gradients across ranks (:class:`~vfl_lightning.parallel.RowShares`).
 
+    ``party_widths``: the parties' embedding widths when ``parties`` is empty because the parties
+    build their own models elsewhere (``runtime=ray``); default: each party model's.
+
     ``batch_parties`` (default true): parties of one fully connected architecture and input
     shape are evaluated as one grouped computation (:class:`~vfl_lightning.models.batched.GroupedParties`);
     they stay separate modules with separate optimizers and checkpoint keys. Uneven parties, or
@@ -83,6 +86,7 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         transcript_size: int = 0,
         server_party: nn.Module | None = None,
         batch_parties: bool = True,
+        party_widths: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         if server_party is not None and not self.SUPPORTS_ACTIVE_PARTY:
@@ -100,6 +104,7 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
                 "server_optimizer",
                 "network",
                 "server_party",
+                "party_widths",
             ]
         )
         self.name = name
@@ -111,13 +116,15 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         self.server_optimizer_factory = server_optimizer or optimizer
         self.num_classes = int(num_classes)
         self.seed = int(seed)
-        self.widths = [int(p.embedding_dim) for p in self.parties]
+        if party_widths is None:
+            party_widths = [p.embedding_dim for p in self.parties]
+        self.widths = [int(width) for width in party_widths]
         grouped = bool(batch_parties) and groupable(self.parties)
         self.grouped_parties = GroupedParties(self.parties) if grouped else None
         self._last_grouped: tuple[torch.Tensor | None, tuple[torch.Tensor, ...]] = (None, ())
-        self._num_parties = len(self.parties)
-        clock = SimulatedClock(network, len(self.parties), self.seed)
-        self.wire = Wire(len(self.parties), clock, transcript_size)
+        self._num_parties = len(self.widths)
+        clock = SimulatedClock(network, self._num_parties, self.seed)
+        self.wire = Wire(self._num_parties, clock, transcript_size)
         self.train_metrics = make_metrics(self.num_classes, "train")
         self.val_metrics = make_metrics(self.num_classes, "val")
         self.test_metrics = make_metrics(self.num_classes, "test")
@@ -261,13 +268,16 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         return logits.softmax(-1)[:, 1] if self.num_classes == 2 else logits
 
     def model_digest(self) -> str:
-        """SHA-256 of every parameter tensor (name, dtype, shape, bytes): parties 0..M−1 (wherever
-        they run), the head, then the server's own party model."""
-        named = list(self.party_side.named_parameters())
-        named += [(f"head.{n}", p) for n, p in self.head.named_parameters()]
+        """SHA-256 over the digests each holder reports of its own parameters
+        (:func:`~vfl_lightning.algorithms.parties.combined_digest`): every party's
+        :func:`tensor_digest` in party order (wherever the parties run; the server never pulls
+        a party parameter), then the head's, then the server's own party model's."""
+        parts = [(f"party {m}", d) for m, d in enumerate(self.party_side.party_digests())]
+        parts.append(("head", tensor_digest(list(self.head.named_parameters())).hexdigest()))
         if self.server_party is not None:
-            named += [(f"server_party.{n}", p) for n, p in self.server_party.named_parameters()]
-        return tensor_digest(named).hexdigest()
+            own = tensor_digest(list(self.server_party.named_parameters())).hexdigest()
+            parts.append(("server_party", own))
+        return combined_digest(parts)
 
     # ----------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -80,8 +80,9 @@ class Evaluation(L.LightningModule):
 
         Evaluation is perturbed when a noisy mechanism (PBM, LDP) applies at evaluation; its
         accuracy is then also logged as ``{stage}/acc_clean`` beside the deployed ``{stage}/acc``.
-        ``None`` when the parties are not in this process (``runtime=ray``): the server must not
-        see the clean sum, and its own copies of the party models are stale. No randomness is drawn, so the evaluation noise stream is unchanged.
+        No randomness is drawn, so the evaluation noise stream is unchanged. A server that holds
+        no party model (``runtime=ray``: the parties hold theirs) never sees a clean embedding:
+        ``None``, and ``acc_clean`` is not logged.
         """
         if not (self.mechanism.noisy and self.mechanism.apply_at_eval):
             return None

@@ -130,9 +130,9 @@ class FedVSFamily(VFLModule):
         self.party_side.project_weights()
 
     def transport_options(self) -> dict:
-        """The public code parameters (``codec``) and Wait-DP's noise (``dp``), which the clients
-        add themselves."""
-        return {"codec": self.codec, "dp": self.dp}
+        """The public code parameters (``codec``), Wait-DP's noise (``dp``), which the clients
+        add themselves, and whether evaluation is coded too (``coded_eval``: FedVS itself)."""
+        return {"codec": self.codec, "dp": self.dp, "coded_eval": self.strategy == "fedvs"}
 
     @classmethod
     def check_party_class(cls, party_class: type, name: str) -> None:
@@ -325,9 +325,9 @@ class FedVSFamily(VFLModule):
     def server_input(
         self, xs: Sequence[torch.Tensor], stage: str, idx: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Plain average of the real-valued embeddings (noisy ones for Wait-DP with
-        ``algo.dp.at_eval``)."""
-        return torch.stack(self.party_side.eval_embeddings(xs, idx, stage)).mean(0)
+        """The average embedding: of the real-valued embeddings (noisy ones for Wait-DP with
+        ``algo.dp.at_eval``), or, for FedVS under ``runtime=ray``, decoded from coded ones."""
+        return self.party_side.eval_average(xs, idx, stage)
 
     def clean_server_input(self, xs: Sequence[torch.Tensor], stage: str) -> torch.Tensor | None:
         """Wait-DP evaluated with noise (``algo.dp.at_eval``): also the noise-free average, where

@@ -78,6 +78,13 @@ class FedVSParties(ABC):
         """Every client's embedding of an evaluation batch as the server receives it: plain, or
         with Wait-DP's noise when ``algo.dp.at_eval`` (drawn from the ``stage`` stream)."""
 
+    def eval_average(
+        self, xs: Sequence[torch.Tensor], idx: torch.Tensor | None, stage: str
+    ) -> torch.Tensor:
+        """The average embedding the server evaluates an evaluation batch on: by default the mean
+        of :meth:`eval_embeddings` (the Ray transport decodes FedVS's from coded embeddings)."""
+        return torch.stack(self.eval_embeddings(xs, idx, stage)).mean(0)
+
     @abstractmethod
     def clean_embeddings(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
         """The noise-free embeddings behind a noisy Wait-DP evaluation (the ``acc_clean``

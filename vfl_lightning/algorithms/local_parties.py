@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vfl_lightning.algorithms.parties import Parties, PartyGenerators
+from vfl_lightning.algorithms.parties import Parties, PartyGenerators, tensor_digest
 from vfl_lightning.algorithms.party_updates import (
     PartyOptimization,
     client_update,
@@ -122,8 +122,8 @@ class LocalParties(Parties):
         for gens in self.generators:
             gens.restart(stage, release)
 
-    def named_parameters(self):
-        return [(f"parties.{name}", p) for name, p in self.module.parties.named_parameters()]
+    def party_digests(self):
+        return [tensor_digest(list(p.named_parameters())).hexdigest() for p in self.module.parties]
 
     def state_dict(self):
         return {"generators": [gens.state_dict() for gens in self.generators]}

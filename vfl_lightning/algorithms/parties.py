@@ -132,6 +132,15 @@ def tensor_digest(named: Sequence[tuple[str, torch.Tensor]]):
     return digest
 
 
+def combined_digest(parts: Sequence[tuple[str, str]]) -> str:
+    """SHA-256 (hex) over ``label|hex digest`` lines, one per part, in the order given: the
+    model digest from what each holder reports of its own parameters."""
+    digest = hashlib.sha256()
+    for label, part in parts:
+        digest.update(f"{label}|{part}\n".encode())
+    return digest.hexdigest()
+
+
 class Parties(ABC):
     """What a protocol may ask of the parties; it never learns where they run.
 
@@ -170,9 +179,9 @@ class Parties(ABC):
         table (the Ray actors embed the slices they hold)."""
 
     @abstractmethod
-    def embed_rows(self, party: int, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    def embed_rows(self, party: int, x: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor:
         """Party ``party``'s embedding, without gradient, of training rows ``idx`` (``x``: its
-        slice of them): a refreshed table entry."""
+        slice of them, None where the parties hold their own columns): a refreshed table entry."""
 
     @abstractmethod
     def client_messages(
@@ -214,8 +223,9 @@ class Parties(ABC):
         first release round is ``release`` (see :class:`PartyGenerators`)."""
 
     @abstractmethod
-    def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
-        """Every party parameter as (``parties.<m>.<name>``, tensor), party by party."""
+    def party_digests(self) -> list[str]:
+        """Each party's :func:`tensor_digest` (hex) of its own named parameters, in party order:
+        computed by the party, so no parameter leaves it."""
 
     @abstractmethod
     def state_dict(self) -> dict:

@@ -91,10 +91,38 @@ class PartyFactory:
                 f"~{group}.{unknown.group(1)}"
             ) from error
 
-    def datamodule(self):
+    def datamodule(self, **options):
         from hydra.utils import instantiate
 
-        return instantiate(self.config["data"])
+        return instantiate(self.config["data"], **options)
+
+    @property
+    def reads_party_files(self) -> bool:
+        """Whether the data are exported party files (``data=party_files``): then every holder
+        reads its own file and no process reads another's."""
+        from hydra.utils import get_class
+
+        from vfl_lightning.data.files_datamodule import PartyFilesDataModule
+
+        return issubclass(get_class(self.config["data"]["_target_"]), PartyFilesDataModule)
+
+    def own_columns(self, party: int) -> tuple[dict[str, torch.Tensor], list[tuple[int, ...]]]:
+        """Party ``party``'s columns of every split and every party's input shape: from its own
+        party file alone (``data=party_files``), or from the built-in data module, whose other
+        columns and labels are dropped before this returns."""
+        if self.reads_party_files:
+            from vfl_lightning.data.party_files import read_manifest, read_party_file
+
+            manifest = read_manifest(self.config["data"]["dir"])
+            shapes = list(manifest.party_shapes)
+            check_party_index(party, len(shapes))
+            own = read_party_file(self.config["data"]["dir"], party)
+            features = {stage: torch.from_numpy(x) for stage, x in own.features.items()}
+            return features, shapes
+        datamodule = self.datamodule()
+        shapes = datamodule.party_shapes
+        check_party_index(party, len(shapes))
+        return {stage: split.xs[party] for stage, split in datamodule.splits.items()}, shapes
 
     def party_models(self, shapes) -> list[nn.Module]:
         """One party model per input shape, in party order."""
@@ -111,17 +139,18 @@ class PartyFactory:
 
     def party(self, party: int, device: torch.device | str = "cpu") -> PartyKit:
         """Party ``party``'s kit on ``device``, built as the local run builds it: the run's seed,
-        the data module (only this party's columns of every split are kept), every party model in
-        order (only its own is kept), its optimizer, the mechanism."""
+        its own columns (:meth:`own_columns`), every party model in order (only its own is kept),
+        its optimizer, the mechanism."""
         import lightning as L
 
         L.seed_everything(self.seed, workers=True, verbose=False)
-        datamodule = self.datamodule()
-        shapes = datamodule.party_shapes
-        if not 0 <= party < len(shapes):
-            raise ValueError(f"party must be in [0, {len(shapes) - 1}], got {party}")
-        features = {stage: split.xs[party].to(device) for stage, split in datamodule.splits.items()}
-        del datamodule
+        columns, shapes = self.own_columns(party)
+        features = {stage: x.to(device) for stage, x in columns.items()}
         model = self.party_models(shapes)[party].to(device)
         optimizer = self.optimizer()(model.parameters())
         return PartyKit(features, model, optimizer, self.mechanism(len(shapes)))
+
+
+def check_party_index(party: int, num_parties: int) -> None:
+    if not 0 <= party < num_parties:
+        raise ValueError(f"party must be in [0, {num_parties - 1}], got {party}")

@@ -10,23 +10,35 @@ from omegaconf import DictConfig
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.checkpoints import AtomicCheckpointIO
 from vfl_lightning.errors import ConfigError
+from vfl_lightning.run.checks import runtime_name
 from vfl_lightning.run.outcome import root_cause
 
 
 def build(cfg: DictConfig):
-    """Instantiate (datamodule, module) from ``cfg``; runtime sizes are passed at instantiation."""
+    """Instantiate (datamodule, module) from ``cfg``; runtime sizes are passed at instantiation.
+
+    ``runtime=ray`` (Ray already started): the data module and the party widths come from
+    :func:`~vfl_lightning.runtime.server_data.server_setup` (no party column, no party model in
+    this process; the parties' actors build their own)."""
     get_class(cfg.algo._target_).check_party_class(get_class(cfg.party._target_), cfg.algo.name)
     factory = PartyFactory.from_config(cfg)
-    datamodule = factory.datamodule()
-    num_parties = len(datamodule.party_shapes)
-    parties = factory.party_models(datamodule.party_shapes)
+    if runtime_name(cfg) == "ray":
+        from vfl_lightning.runtime.server_data import server_setup
+
+        setup = server_setup(factory)
+        datamodule, widths, parties = setup.datamodule, list(setup.widths), []
+        sizes = {"party_widths": widths}
+    else:
+        datamodule = factory.datamodule()
+        parties = factory.party_models(datamodule.party_shapes)
+        widths, sizes = [p.embedding_dim for p in parties], {}
+    num_parties = len(widths)
     # An active label holder (data.active_party=true) gets its own party model for its own slice.
     server_shape = getattr(datamodule, "server_shape", None)
     server_party = None if server_shape is None else factory.party_models([server_shape])[0]
     mechanism = factory.mechanism(num_parties)
-    widths = [p.embedding_dim for p in parties]
     if server_party is not None:
-        widths.append(server_party.embedding_dim)
+        widths = [*widths, server_party.embedding_dim]
     head = instantiate(cfg.head)(
         in_features=mechanism.fused_width(widths), num_classes=datamodule.num_classes
     )
@@ -41,6 +53,7 @@ def build(cfg: DictConfig):
         num_classes=datamodule.num_classes,
         seed=cfg.seed,
         network=network,
+        **sizes,
         **active,
     )
     return datamodule, module

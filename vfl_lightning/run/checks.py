@@ -104,6 +104,7 @@ def check_runtime(cfg: DictConfig) -> None:
             f"{', '.join(algo.RUNTIMES)}); runtime=ray runs {ray_algos()}"
         )
     check_time_scale(cfg.runtime.get("time_scale"))
+    check_party_dir(cfg.runtime.get("party_dir"))
     check_ray_options(algo, cfg.algo)
     strategy = cfg.trainer.get("strategy")
     if strategy not in (None, "auto") or cfg.trainer.get("num_nodes", 1) != 1:
@@ -126,6 +127,15 @@ def party_seeds(cfg: DictConfig) -> str:
             "in one process from the run's seed: its party seeds are always derived)"
         )
     return value
+
+
+def check_party_dir(party_dir) -> None:
+    """``runtime.party_dir``: a directory path (made if missing) where each party keeps its state."""
+    if not isinstance(party_dir, str) or not party_dir.strip() or Path(party_dir).is_file():
+        raise ConfigError(
+            f"runtime.party_dir must be a directory path where each party keeps its state "
+            f"(default ${{paths.output_dir}}/parties), got {party_dir!r}"
+        )
 
 
 def check_ray_options(algo_class: type, algo) -> None:

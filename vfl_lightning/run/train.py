@@ -60,10 +60,11 @@ def train(cfg: DictConfig) -> dict:
         prepare_process(cfg)
         config = protocol_config(cfg)
         ckpt_path = check_resume(cfg, config)
+        if runtime_name(cfg) == "ray":
+            started_ray = start_ray(cfg)
         datamodule, module = build_in_data_dir(cfg)
         module.run_config = config
         if runtime_name(cfg) == "ray":
-            started_ray = start_ray(cfg)
             attach_ray_parties(cfg, module)
         callbacks = make_callbacks(cfg)
         loggers = make_loggers(cfg)

@@ -21,6 +21,7 @@ from vfl_lightning.mechanisms.identity import (
     write_known_parties,
 )
 from vfl_lightning.mechanisms.keys import fresh_private_key, public_bytes
+from vfl_lightning.runtime.party_state import party_folder
 
 KNOWN_PARTIES_FILE = "known_parties.json"
 
@@ -30,7 +31,7 @@ class PartyTrust:
     """A run's trust settings, the same for every party actor (picklable).
 
     ``party_seeds``: ``private`` or ``derived`` (see :data:`PARTY_SEEDS`). ``party_dir``: the
-    root of the parties' directories (party m's is ``party_dir/party<m>``; an absolute path).
+    root of the parties' directories (party m's is ``party_dir/party_<m>``; an absolute path).
     ``known_parties``: the pinned Ed25519 identities ``{party: 64 hex digits}`` given in the
     config, or None: each party pins the identities it sees first in its own
     ``known_parties.json`` (trust on first use) and holds every later run to them.
@@ -54,7 +55,7 @@ class PartyTrust:
                 raise ConfigError(f"runtime.known_parties: {error}") from error
 
     def folder(self, party: int) -> Path:
-        return Path(self.party_dir) / f"party{int(party)}"
+        return party_folder(self.party_dir, party)
 
 
 class PartyKeys:

@@ -17,12 +17,13 @@ from vfl_lightning.algorithms.party_updates import cut_layer_update
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec, data_bound
 from vfl_lightning.mechanisms.field import field_matmul
+from vfl_lightning.runtime.fedvs_eval import CodedEvaluationActor, CodedEvaluationParties
 from vfl_lightning.runtime.party_trust import PartyTrust
 from vfl_lightning.runtime.ray_parties import PartyActor, RayParties
 from vfl_lightning.runtime.transport import serialized_bytes
 
 
-class FedVSPartyActor(PartyActor):
+class FedVSPartyActor(CodedEvaluationActor, PartyActor):
     """Client ``party`` of FedVS: besides what :class:`PartyActor` holds (its own columns, its PN
     model and optimizer, its generators) it keeps the data shares the other clients sent it and,
     per exchange, the model shares they sent it. ``code``: the public code parameters
@@ -60,6 +61,7 @@ class FedVSPartyActor(PartyActor):
         self.data_shares: torch.Tensor | None = None
         self.plain: tuple[int, torch.Tensor] | None = None
         self._arrivals: asyncio.Condition | None = None
+        self.start_coded_evaluation()
         self.project_weights()
 
     def set_peers(self, peers: list) -> None:
@@ -204,7 +206,7 @@ class FedVSPartyActor(PartyActor):
         self.project_weights()
 
 
-class RayFedVSParties(RayParties, FedVSParties):
+class RayFedVSParties(CodedEvaluationParties, RayParties, FedVSParties):
     """The FedVS clients as :class:`FedVSPartyActor` handles; the server's ``codec`` holds only
     the public points (it decodes, it never holds a share).
 
@@ -226,10 +228,13 @@ class RayFedVSParties(RayParties, FedVSParties):
         *,
         codec: FedVSCodec,
         dp: WaitDP | None,
+        coded_eval: bool = False,
         **options,
     ) -> None:
         self.codec = codec
         self.dp = dp
+        self.coded_eval = bool(coded_eval)
+        self.start_coded_evaluation()
         self.exchange = 0
         self._share_replies: list = []
         super().__init__(factory, num_parties, **options)
@@ -297,12 +302,7 @@ class RayFedVSParties(RayParties, FedVSParties):
             for a, delay in zip(self.actors, self._scaled(upload_delays), strict=True)
         ]
         self._count(sum(self._gather(self._share_replies, "model shares")))
-        owner = {ref: n for n, ref in enumerate(refs)}
-        responders, coded, pending = [], [], refs
-        while len(responders) < self.codec.threshold:
-            ready, pending = ray.wait(pending, num_returns=1)
-            responders.append(owner[ready[0]])
-            coded += self._get(ready, "coded embedding", responders[-1:])
+        responders, coded = self.first_arrivals(refs, "coded embedding")
         self._count(sum(serialized_bytes(c) for c in coded))
         return responders, torch.stack(coded).to(self.device_fn(), torch.int64)
 
@@ -335,7 +335,19 @@ class RayFedVSParties(RayParties, FedVSParties):
         return used, [h.to(device) for h in embeddings]
 
     def eval_embeddings(self, xs, idx, stage):
+        if self.coded_eval:
+            raise RuntimeError(
+                "FedVS under runtime=ray evaluates through the coded path (eval_average): no "
+                "client sends its plain embedding"
+            )
         return self.send(xs, idx, stage=stage, round=None)
+
+    def eval_average(self, xs, idx, stage):
+        """FedVS: decoded from the coded evaluation embeddings; the plain baselines (whose
+        training already sends plain embeddings): the average of what the clients send."""
+        if self.coded_eval:
+            return self.coded_average(idx, stage)
+        return super().eval_average(xs, idx, stage)
 
     def clean_embeddings(self, xs):
         """None: a Wait-DP client sends only its noisy embedding (``acc_clean`` is not logged)."""

@@ -10,7 +10,7 @@ import ray
 import torch
 from ray.exceptions import RayActorError, RayTaskError
 
-from vfl_lightning.algorithms.parties import Parties, PartyGenerators, private_seed
+from vfl_lightning.algorithms.parties import Parties, PartyGenerators, private_seed, tensor_digest
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.algorithms.party_updates import (
     PartyOptimization,
@@ -20,6 +20,7 @@ from vfl_lightning.algorithms.party_updates import (
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.identity import KeyAuthenticationError, SignedPublicKey
 from vfl_lightning.optim import scale_lr
+from vfl_lightning.runtime.party_state import load_party_state, save_party_state
 from vfl_lightning.runtime.party_trust import PartyKeys, PartyTrust
 from vfl_lightning.runtime.ray_async import AsyncPartyMethods, AsyncRayMethods
 from vfl_lightning.runtime.transport import serialized_bytes, wire_dtype
@@ -31,12 +32,13 @@ SPLITS = ("train", "val", "test")
 class PartyActor(AsyncPartyMethods):
     """Party ``party`` of the run, built by the run's picklable :class:`PartyFactory`.
 
-    The factory builds the data module from the same data config and partition and keeps only
-    this party's slice of each split (no labels, no other party's columns); builds the party
-    models in the driver's order under the run's seed and keeps its own (so initial parameters
-    equal the local runtime's); builds its optimizer and mechanism. ``trust``: where its stream
-    seeds come from (``party_seeds=private``: drawn here, never sent; then torch's global
-    generator is reseeded the same way once the model is built) and its keys
+    The factory loads only this party's columns of each split (its own party file, or its slice
+    of the built-in data module: no labels, no other party's columns); builds the party models in
+    the local run's order under the run's seed and keeps its own (so initial parameters equal the
+    local runtime's); builds its optimizer and mechanism. ``trust``: where its stream seeds come
+    from (``party_seeds=private``: drawn here, never sent; then torch's global generator is
+    reseeded the same way once the model is built), its own directory ``trust.folder(party)``
+    (its state files, :mod:`~vfl_lightning.runtime.party_state`, and identity key) and its keys
     (:class:`~vfl_lightning.runtime.party_trust.PartyKeys`: a fresh X25519 key signed by its
     identity key). Updates go through the same party-side code as the local parties
     (:mod:`~vfl_lightning.algorithms.party_updates`); the asynchronous family's calls are in
@@ -48,6 +50,7 @@ class PartyActor(AsyncPartyMethods):
     ) -> None:
         torch.set_num_threads(num_threads)
         self.party = int(party)
+        self.party_dir = trust.party_dir
         self.device = torch.device("cuda" if ray.get_gpu_ids() else "cpu")
         kit = factory.party(self.party, self.device)
         self.features, self.model = kit.features, kit.model
@@ -118,8 +121,21 @@ class PartyActor(AsyncPartyMethods):
     def restart_stream(self, stage: str, release: int) -> None:
         self.generators.restart(stage, release)
 
-    def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
-        return [(name, p.detach().cpu()) for name, p in self.model.named_parameters()]
+    def party_digest(self) -> str:
+        """SHA-256 (hex) of this party's own named parameters: what the server learns of them."""
+        return tensor_digest(list(self.model.named_parameters())).hexdigest()
+
+    def save_state(self, round: int) -> None:
+        """Write this party's state (:meth:`state_dict`) for the server checkpoint of ``round``
+        into its own directory."""
+        save_party_state(self.party_dir, self.party, round, self.state_dict())
+
+    def load_state(self, party_dir: str, round: int) -> str:
+        """Restore the state saved in ``party_dir`` for ``round``; "" or why it cannot."""
+        state, problem = load_party_state(party_dir, self.party, round)
+        if state is not None:
+            self.load_state_dict(state)
+        return problem
 
     def state_dict(self) -> dict:
         return {
@@ -159,7 +175,8 @@ def party_options(party_resources, num_parties: int) -> list[dict]:
 
 class RayParties(AsyncRayMethods, Parties):
     """The parties as Ray actor handles: every call goes to all actors at once and waits for
-    every reply (the asynchronous family's calls, in
+    every reply; each party keeps its own state in ``party_dir/party_<m>/`` (files keyed by the
+    server checkpoint's training round) (the asynchronous family's calls, in
     :class:`~vfl_lightning.runtime.ray_async.AsyncRayMethods`, take replies as they arrive). The
     server relays the parties' public keys and never holds a pair seed. Every training message is
     counted in ``ledger.serialized_bytes`` as Ray serializes it. ``trust``
@@ -181,6 +198,7 @@ class RayParties(AsyncRayMethods, Parties):
         round_fn: Callable[[], int] = lambda: 0,
         device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
     ) -> None:
+        self.factory = factory
         self.time_scale = float(time_scale)
         self.trust = trust
         options = party_options(party_resources, num_parties)
@@ -290,26 +308,26 @@ class RayParties(AsyncRayMethods, Parties):
     def restart_stream(self, stage, release):
         self._get([a.restart_stream.remote(stage, release) for a in self.actors], "evaluation")
 
-    def named_parameters(self):
-        per_party = self._get([a.named_parameters.remote() for a in self.actors], "parameters")
-        return [
-            (f"parties.{m}.{name}", tensor)
-            for m, named in enumerate(per_party)
-            for name, tensor in named
-        ]
+    def party_digests(self):
+        return self._get([a.party_digest.remote() for a in self.actors], "digest")
 
     def state_dict(self):
-        return {"actors": self._get([a.state_dict.remote() for a in self.actors], "checkpoint")}
+        """Every party saves its own state for this round in its own directory; the server's
+        checkpoint keeps the round (and where the parties keep their states) only."""
+        round = int(self.round_fn())
+        self._get([a.save_state.remote(round) for a in self.actors], "checkpoint")
+        return {"round": round, "party_dir": self.trust.party_dir}
 
     def load_state_dict(self, state):
-        if "actors" not in state:
+        if "round" not in state:
             raise ConfigError(
-                "this checkpoint was written by runtime=local (its party models are part of the "
-                "module): resume it with runtime=local"
+                "this checkpoint was not written by runtime=ray with party-side state (its party "
+                "models are part of the checkpoint): resume it with the runtime that wrote it"
             )
-        saved = state["actors"]
-        refs = [a.load_state_dict.remote(s) for a, s in zip(self.actors, saved, strict=True)]
-        self._get(refs, "resume")
+        refs = [a.load_state.remote(state["party_dir"], state["round"]) for a in self.actors]
+        problems = [problem for problem in self._get(refs, "resume") if problem]
+        if problems:
+            raise ConfigError(problems[0])
 
     def close(self):
         for actor in self.actors:

@@ -87,6 +87,16 @@ class FeatureReconstructionAttack(WireAttack):
         if view is not None:
             self.adversary.observe(view)
 
+    def target_columns(self, pl_module, datamodule) -> torch.Tensor:
+        """The target party's training columns: the attack's auxiliary data and its ground
+        truth. Under ``runtime=ray`` the server's data module holds no party column, so the
+        harness (an experiment's instrument, not the protocol) reads them with the run's party
+        factory after training, as the party's actor does."""
+        factory = getattr(pl_module.party_side, "factory", None)
+        if factory is not None:
+            return factory.own_columns(self.target_party)[0]["train"]
+        return datamodule.splits["train"].xs[self.target_party]
+
     def evaluate(self, pl_module, datamodule) -> dict:
         observed = self.adversary.seen.nonzero().squeeze(1)
         order = torch.randperm(len(observed), generator=self.generator())
@@ -94,7 +104,7 @@ class FeatureReconstructionAttack(WireAttack):
         if aux_count >= len(observed):
             self.refuse(f"observed only {len(observed)} samples, too few for an auxiliary set")
         aux_idx, rest_idx = observed[order[:aux_count]], observed[order[aux_count:]]
-        features = datamodule.splits["train"].xs[self.target_party]
+        features = self.target_columns(pl_module, datamodule)
         aux_features = features[aux_idx]
         out = self.adversary.reconstruct(aux_idx, aux_features, rest_idx)
         truth = features[rest_idx]

@@ -1,0 +1,226 @@
+"""The trust boundary of runtime=ray, read from the server process as a curious server would: no
+party's feature column in its data module, its batches or its checkpoint; party state on the party."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import RAY_TWO_PARTIES as TWO_PARTIES
+from conftest import last_checkpoint
+from lightning import Callback
+
+from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.data.export import CONF_DIR, export
+from vfl_lightning.data.party_files import party_file_name
+from vfl_lightning.errors import ConfigError
+from vfl_lightning.runtime.party_state import load_party_state, party_state_path, save_party_state
+from vfl_lightning.train import check_runtime, train
+
+RAY_DERIVED = ("runtime=ray", "runtime.party_seeds=derived")
+"""runtime=ray with the seed-derived party streams of runtime=local: digests comparable."""
+
+SMALL = [*TWO_PARTIES, "trainer.max_epochs=2", "trainer.limit_train_batches=3", "seed=0"]
+NOT_DATA = [o for o in SMALL if not o.startswith("data.")]
+"""The small run without its data settings (for the default four quadrants, or party files)."""
+
+
+class RecordServerData(Callback):
+    """Keeps every batch the server's Lightning loop receives and the server's data module (class
+    attributes: the run instantiates the callback from its config)."""
+
+    batches: list = []
+    datamodule = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        RecordServerData.batches.append(batch)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        RecordServerData.batches.append(batch)
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        RecordServerData.batches.append(batch)
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        RecordServerData.batches = []
+        RecordServerData.datamodule = trainer.datamodule
+
+
+RECORD = "+callbacks.record._target_=test_trust_boundary.RecordServerData"
+
+
+def arrays_in(value, seen: set | None = None):
+    """Every tensor and numpy array reachable from ``value`` through containers and the attributes
+    of vfl_lightning objects (never through the trainer)."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from arrays_in(item, seen)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from arrays_in(item, seen)
+    elif type(value).__module__.startswith("vfl_lightning"):
+        for name, item in vars(value).items():
+            if name not in ("trainer", "_trainer"):
+                yield from arrays_in(item, seen)
+
+
+def floating(array) -> bool:
+    if isinstance(array, torch.Tensor):
+        return array.is_floating_point()
+    return np.issubdtype(array.dtype, np.floating)
+
+
+def split_sizes(datamodule) -> set[int]:
+    return {len(split) for split in datamodule.splits.values()}
+
+
+def assert_no_party_column(datamodule, batches, checkpoint) -> None:
+    """No float array in the data module (labels and ids are integers; features are floats), no
+    party column in a batch, no tensor in the checkpoint with a data split's rows."""
+    assert batches, "the run recorded its batches"
+    for xs, y, idx in batches:
+        assert xs == [] and not y.is_floating_point() and not idx.is_floating_point()
+    assert not [a.shape for a in arrays_in(datamodule) if floating(a)]
+    rows = split_sizes(datamodule)
+    tensors = list(arrays_in(checkpoint))
+    assert tensors and not [a.shape for a in tensors if a.ndim and a.shape[0] in rows]
+
+
+def test_the_ray_server_holds_no_feature_column_and_trains_the_local_model(make_cfg, ray_session):
+    """(a) Under runtime=ray's defaults (private party seeds) no feature column exists in the
+    server process's data module, its batches or its checkpoint, and the run trains and evaluates;
+    with derived party seeds the same run's model_digest is runtime=local's."""
+    cfg = make_cfg("algo=pbm", *SMALL, "runtime=ray", RECORD)
+    remote = train(cfg)
+    checkpoint = torch.load(last_checkpoint(cfg), weights_only=False)
+    assert_no_party_column(RecordServerData.datamodule, RecordServerData.batches, checkpoint)
+    assert {"train", "val", "test"} <= {k.split("/")[0] for k in remote if "/acc" in k}
+    assert remote["party_seeds"] == "private"
+    local = train(make_cfg("algo=pbm", *SMALL, "runtime=local"))
+    derived = train(make_cfg("algo=pbm", *SMALL, *RAY_DERIVED, RECORD))
+    assert_no_party_column(RecordServerData.datamodule, RecordServerData.batches, checkpoint)
+    assert derived["model_digest"] == local["model_digest"] != remote["model_digest"]
+    assert_party_state_with_the_parties(checkpoint, num_parties=2)
+
+
+def assert_party_state_with_the_parties(checkpoint: dict, num_parties: int) -> None:
+    """The server's checkpoint holds no party model, optimizer or generator: the round and where
+    the parties keep their states; each party saved its own for that round."""
+    assert not [key for key in checkpoint["state_dict"] if key.startswith("parties.")]
+    parties = checkpoint["vfl"]["parties"]
+    assert sorted(parties) == ["party_dir", "round"] and parties["round"] > 0
+    assert len(checkpoint["optimizer_states"]) == 1, "the head's optimizer only"
+    for m in range(num_parties):
+        state, problem = load_party_state(parties["party_dir"], m, parties["round"])
+        assert problem == "" and {"generators", "model", "optimizer"} <= set(state)
+        assert state["model"] and all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+def test_an_active_label_holder_keeps_exactly_its_own_slice(make_cfg, ray_session):
+    """With data.active_party=true the server's batches carry one slice, its own (the local
+    data module's last), and the run still equals the local one."""
+    common = ["algo=splitnn", *NOT_DATA, "data.active_party=true"]
+    local_cfg = make_cfg(*common, "runtime=local", RECORD)
+    local = train(local_cfg)
+    local_batches = RecordServerData.batches
+    remote = train(make_cfg(*common, *RAY_DERIVED, RECORD))
+    assert remote["model_digest"] == local["model_digest"]
+    assert len(RecordServerData.batches) == len(local_batches)
+    for (xs, y, idx), (local_xs, local_y, local_idx) in zip(
+        RecordServerData.batches, local_batches, strict=True
+    ):
+        assert len(xs) == 1 and torch.equal(xs[0], local_xs[-1])
+        assert torch.equal(y, local_y) and torch.equal(idx, local_idx)
+
+
+def test_a_ray_run_from_party_files_equals_the_local_run_from_the_dataset(
+    tmp_path, make_cfg, ray_session
+):
+    """data=party_files under Ray: the server reads its file, each actor its own; same digest."""
+    files = tmp_path / "files"
+    export(["data.num_parties=2", "data.partition=halves"], files, CONF_DIR)
+    local = train(make_cfg("algo=pbm", *SMALL, "runtime=local"))
+    from_files = ["data=party_files", f"data.dir={files}", *RAY_DERIVED, RECORD]
+    remote = train(make_cfg("algo=pbm", *NOT_DATA, *from_files))
+    assert remote["model_digest"] == local["model_digest"]
+    assert all(xs == [] for xs, _, _ in RecordServerData.batches)
+
+
+def test_a_party_reads_its_own_file_and_no_other(tmp_path, make_cfg):
+    """A party's columns come from its own file alone: with every other party file gone they
+    are still read, equal to the dataset's columns of that party."""
+    files = tmp_path / "files"
+    export(["data.num_parties=2", "data.partition=halves"], files, CONF_DIR)
+    (files / party_file_name(0)).unlink()
+    (files / "server.npz").unlink()
+    factory = PartyFactory.from_config(make_cfg("data=party_files", f"data.dir={files}"))
+    columns, shapes = factory.own_columns(1)
+    expected, _ = PartyFactory.from_config(make_cfg(*TWO_PARTIES)).own_columns(1)
+    assert shapes[1] == tuple(expected["train"].shape[1:]) and len(shapes) == 2
+    for stage in ("train", "val", "test"):
+        assert torch.equal(columns[stage], expected[stage])
+    with pytest.raises(ValueError, match="party_0.npz is missing"):
+        factory.own_columns(0)
+
+
+def test_a_party_state_of_another_round_or_party_is_refused(tmp_path):
+    """A resume loads exactly the state saved for the checkpoint's round by that party."""
+    state = {"model": {"weight": torch.ones(2)}, "optimizer": {}, "generators": {}}
+    path = save_party_state(tmp_path, 1, 6, state)
+    assert path == party_state_path(tmp_path, 1, 6) == tmp_path / "party_1" / "round_6.pt"
+    loaded, problem = load_party_state(tmp_path, 1, 6)
+    assert problem == "" and torch.equal(loaded["model"]["weight"], torch.ones(2))
+    missing, problem = load_party_state(tmp_path, 1, 9)
+    assert missing is None and "\n" not in problem
+    assert (
+        problem.startswith("party 1 has no state for training round 9") and "round_6.pt" in problem
+    )
+    path.rename(party_state_path(tmp_path, 1, 9))
+    _, problem = load_party_state(tmp_path, 1, 9)
+    assert "holds the state of party 1 at round 6, not party 1 at round 9" in problem
+    (tmp_path / "party_0").mkdir()
+    party_state_path(tmp_path, 1, 9).rename(party_state_path(tmp_path, 0, 9))
+    _, problem = load_party_state(tmp_path, 0, 9)
+    assert "not party 0 at round 9" in problem
+
+
+def test_a_resume_whose_party_state_is_missing_stops_in_one_line(make_cfg, ray_session):
+    """The parties restore the round of the server's checkpoint or the run stops, naming it."""
+    common = [
+        "algo=pbm",
+        *TWO_PARTIES,
+        "trainer.limit_train_batches=1",
+        "runtime=ray",
+        "test=false",
+    ]
+    first = make_cfg(*common, "trainer.max_epochs=1")
+    train(first)
+    parties = torch.load(last_checkpoint(first), weights_only=False)["vfl"]["parties"]
+    party_state_path(parties["party_dir"], 1, parties["round"]).unlink()
+    resumed = make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={last_checkpoint(first)}")
+    with pytest.raises(ConfigError) as error:
+        train(resumed)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"party 1 has no state for training round {parties['round']}")
+
+
+@pytest.mark.parametrize("value", ["null", "''"])
+def test_a_ray_run_without_a_party_dir_is_refused_in_one_line(make_cfg, value):
+    with pytest.raises(ConfigError) as error:
+        check_runtime(make_cfg("algo=pbm", "runtime=ray", f"runtime.party_dir={value}"))
+    assert str(error.value).startswith("runtime.party_dir must be a directory path")
+    assert "\n" not in str(error.value)
+
+
+def test_a_party_dir_that_is_a_file_is_refused(make_cfg, tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    with pytest.raises(ConfigError, match=f"got '{taken}'"):
+        check_runtime(make_cfg("algo=pbm", "runtime=ray", f"runtime.party_dir={taken}"))
