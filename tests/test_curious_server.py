@@ -148,7 +148,7 @@ def test_c_a_substituted_key_stops_the_run_naming_the_party(
 ):
     common = ["algo=pbm", *SMALL, "runtime=ray", f"runtime.party_dir={tmp_path / 'parties'}"]
     train(make_cfg(*common))  # first use: identities made, peers pinned
-    pinned = json.loads((tmp_path / "parties" / "party0" / KNOWN_PARTIES_FILE).read_text())
+    pinned = json.loads((tmp_path / "parties" / "party_0" / KNOWN_PARTIES_FILE).read_text())
     assert sorted(pinned["parties"]) == ["0", "1"]
     for server in (SubstitutingServer, SwappingServer):
         use_server(monkeypatch, server)
@@ -174,7 +174,7 @@ def test_c_pinned_identities_from_the_config_refuse_a_first_use_substitution(
     use_server(monkeypatch, SubstitutingServer)
     pinned = f"runtime.known_parties={{0: '{pins[0].hex()}', 1: '{pins[1].hex()}'}}"
     cfg = make_cfg("algo=pbm", *SMALL, "runtime=ray", f"runtime.party_dir={parties}", pinned)
-    assert not (parties / "party0" / KNOWN_PARTIES_FILE).exists()
+    assert not (parties / "party_0" / KNOWN_PARTIES_FILE).exists()
     with pytest.raises(KeyAuthenticationError, match="^party 1's public key fails"):
         train(cfg)
 
@@ -333,7 +333,8 @@ def test_derived_evaluation_seeds_are_fresh_per_evaluation_and_reproducible():
 # ----------------------------------------------------------------- private state across a resume
 class CheckPartyStreams(L.Callback):
     """At train start every actor's continuing streams (and FedVS's replay seeds) equal those
-    saved in ``ckpt_path``: the private state came back to its party."""
+    its party saved in its own directory for ``ckpt_path``'s round: the private state came back
+    to its party."""
 
     def __init__(self, ckpt_path: str) -> None:
         self.ckpt_path = ckpt_path
@@ -341,8 +342,14 @@ class CheckPartyStreams(L.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         import ray
 
-        saved = torch.load(self.ckpt_path, weights_only=False)["vfl"]["parties"]["actors"]
-        now = ray.get([actor.state_dict.remote() for actor in pl_module.party_side.actors])
+        from vfl_lightning.runtime.party_state import load_party_state
+
+        kept = torch.load(self.ckpt_path, weights_only=False)["vfl"]["parties"]
+        actors = pl_module.party_side.actors
+        saved = [
+            load_party_state(kept["party_dir"], m, kept["round"])[0] for m in range(len(actors))
+        ]
+        now = ray.get([actor.state_dict.remote() for actor in actors])
         for before, after in zip(saved, now, strict=True):
             before, after = before["generators"], after["generators"]
             assert sorted(before) == sorted(after) and "replay_seeds" in before
