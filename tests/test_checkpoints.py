@@ -208,7 +208,8 @@ class KillInCheckpointRename(L.Callback):
         rename = os.replace
 
         def killing_rename(source, destination):
-            if TEMPORARY_NAME.fullmatch(Path(source).name):
+            name = Path(source).name
+            if TEMPORARY_NAME.fullmatch(name) and name.startswith(".last.ckpt."):
                 os.kill(os.getpid(), signal.SIGKILL)
             return rename(source, destination)
 
@@ -243,9 +244,12 @@ def test_a_kill_during_a_checkpoint_write_leaves_no_file_after_the_resume(make_c
     (left,) = temporaries(checkpoints)  # the write of epoch 1's checkpoint, complete, not renamed
     assert left.startswith(".last.ckpt.") and (checkpoints / left).stat().st_size > 10_000
     assert torch.load(checkpoints / "last.ckpt", weights_only=False)["epoch"] == 0
+    # a curve.csv write killed before its rename leaves the same kind of file in the run dir
+    (killed_dir / ".curve.csv.k1lled00.partial").write_bytes(b"epoch\n")
+    assert temporaries(killed_dir) == [".curve.csv.k1lled00.partial"]
     resumed = make_cfg(*common, f"ckpt_path={checkpoints / 'last.ckpt'}")
     assert train(resumed)["status"] == "finished"
-    assert temporaries(checkpoints) == []
+    assert temporaries(checkpoints) == [] and temporaries(killed_dir) == []
     assert sorted(p.name for p in last(resumed).parent.iterdir()) == ["last.ckpt"]
 
 

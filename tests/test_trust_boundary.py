@@ -224,3 +224,21 @@ def test_a_party_dir_that_is_a_file_is_refused(make_cfg, tmp_path):
     taken.write_text("")
     with pytest.raises(ConfigError, match=f"got '{taken}'"):
         check_runtime(make_cfg("algo=pbm", "runtime=ray", f"runtime.party_dir={taken}"))
+
+
+def test_a_party_keeps_its_newest_three_state_files(tmp_path):
+    """State files do not pile up: each save keeps the newest three rounds of that party only
+    (the server's last complete checkpoint is at most two saves behind)."""
+    from vfl_lightning.runtime.party_state import KEPT_ROUNDS
+
+    for round in (4, 8, 12, 16, 20):
+        save_party_state(tmp_path, 0, round, {"round": round})
+    save_party_state(tmp_path, 1, 4, {})
+    assert KEPT_ROUNDS == 3
+    assert sorted(p.name for p in (tmp_path / "party_0").iterdir()) == [
+        "round_12.pt",
+        "round_16.pt",
+        "round_20.pt",
+    ]
+    assert [p.name for p in (tmp_path / "party_1").iterdir()] == ["round_4.pt"]
+    assert load_party_state(tmp_path, 0, 12)[0] == {"round": 12}

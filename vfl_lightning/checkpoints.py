@@ -212,12 +212,14 @@ class LastCheckpoint(Checkpoint):
     def on_fit_start(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:
             return
-        folders = {self.dirpath}
+        # the checkpoint folders and the run directories above them (curve.csv, results.json),
+        # this run's and the resumed run's
+        folders = {self.dirpath, self.dirpath.parent}
         if trainer.ckpt_path is not None:
-            folders.add(Path(trainer.ckpt_path).parent)
+            folders |= {Path(trainer.ckpt_path).parent, Path(trainer.ckpt_path).parent.parent}
         for folder in sorted(folders):
             for path in remove_stale_temporaries(folder):
-                log.info("removed %s, left by a checkpoint write that was killed", path)
+                log.info("removed %s, left by a write that was killed", path)
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._trained = True

@@ -4,11 +4,12 @@ each validation so a crashed run keeps its curve; reports read it without W&B.""
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
+import io
 from pathlib import Path
 
 import lightning as L
+
+from vfl_lightning.checkpoints import atomic_write_bytes
 
 AXES = ("epoch", "global_step", "comm/rounds", "comm/total_mb", "time/simulated_s")
 EPS_AXIS = "privacy/feature_eps"
@@ -92,20 +93,14 @@ class CurveWriter(L.Callback):
         return fixed + sorted(seen - set(fixed))
 
     def write(self) -> None:
-        """Write every row to ``path`` through a temporary file (unique name, same directory)
-        renamed into place."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle, partial = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        try:
-            with os.fdopen(handle, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=self.columns(), restval="")
-                writer.writeheader()
-                for row in self.rows:
-                    writer.writerow({k: repr(v) for k, v in row.items()})
-            os.replace(partial, self.path)
-        except BaseException:
-            Path(partial).unlink(missing_ok=True)
-            raise
+        """Write every row to ``path`` atomically (:func:`~vfl_lightning.checkpoints.atomic_write_bytes`:
+        a locked temporary file renamed into place, which a resume can tell from a live write)."""
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=self.columns(), restval="")
+        writer.writeheader()
+        for row in self.rows:
+            writer.writerow({k: repr(v) for k, v in row.items()})
+        atomic_write_bytes(text.getvalue().encode(), self.path)
 
     def state_dict(self) -> dict:
         return {"rows": [dict(row) for row in self.rows]}

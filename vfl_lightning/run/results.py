@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.party_factory import chosen_configs
-from vfl_lightning.checkpoints import LastCheckpoint
+from vfl_lightning.checkpoints import LastCheckpoint, atomic_write_bytes
 from vfl_lightning.run.checks import party_seeds, runtime_name
 
 
@@ -90,7 +90,5 @@ def strict_json(value):
 
 def write_results(path: Path, results: dict) -> None:
     """results.json, strict JSON, replaced atomically."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w") as f:
-        json.dump(strict_json(results), f, indent=2, sort_keys=True, allow_nan=False)
-    temporary.replace(path)
+    text = json.dumps(strict_json(results), indent=2, sort_keys=True, allow_nan=False)
+    atomic_write_bytes(text.encode(), path)

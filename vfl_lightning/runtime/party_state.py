@@ -20,11 +20,25 @@ def party_state_path(party_dir: str | Path, party: int, round: int) -> Path:
     return party_folder(party_dir, party) / f"round_{int(round)}.pt"
 
 
+KEPT_ROUNDS = 3
+"""State files a party keeps: the newest three rounds. The server writes its checkpoint in the
+background after the parties saved theirs, so when a run is killed its last complete checkpoint
+can be two saves behind the newest party state, never more."""
+
+
 def save_party_state(party_dir: str | Path, party: int, round: int, state: dict) -> Path:
-    """Write party ``party``'s ``state`` for training round ``round``; returns the file."""
+    """Write party ``party``'s ``state`` for training round ``round`` and remove its state files
+    older than the newest :data:`KEPT_ROUNDS`; returns the file."""
     path = party_state_path(party_dir, party, round)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_torch_save({"party": int(party), "round": int(round), "state": state}, path)
+    rounds = sorted(
+        int(p.stem.removeprefix("round_"))
+        for p in path.parent.glob("round_*.pt")
+        if p.stem.removeprefix("round_").isdigit()
+    )
+    for old in rounds[:-KEPT_ROUNDS]:
+        party_state_path(party_dir, party, old).unlink(missing_ok=True)
     return path
 
 
