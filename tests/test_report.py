@@ -232,3 +232,28 @@ def test_recipe_chosen_from_the_algos(algos, recipe):
 
     runs = [Run(Path("."), {"algo": algo}, []) for algo in algos]
     assert choose_recipe(runs) == recipe
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "message"),
+    [
+        (
+            "vfl_lightning.report.publish",
+            ["--bogus"],
+            "error: the following arguments are required: spec",
+        ),
+        (
+            "vfl_lightning.data.export",
+            ["data=digits"],
+            "error: the following arguments are required: --out",
+        ),
+    ],
+)
+def test_the_other_commands_give_one_usage_line(module, argv, message, capsys):
+    """publish and export refuse a bad command line as the report does: one line, status 2."""
+    import importlib
+
+    with pytest.raises(SystemExit) as stop:
+        importlib.import_module(module).main(argv)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == f"{message} (see --help)\n"

@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "overrides", nargs="*", help="train.py's Hydra overrides (data=..., seed=...)"
     )
+    parser.error = lambda message: parser.exit(2, f"error: {message} (see --help)\n")
     parser.add_argument("--out", required=True, type=Path, help="new or empty directory")
     parser.add_argument("--config-dir", type=Path, default=CONF_DIR, help="Hydra config directory")
     args = parser.parse_args(argv)

@@ -7,14 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vfl_lightning.report.runs import RECIPES, X_AXES, ReportError
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with a usage error as one ``error: ...`` line (status 2), like the others."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message} (see --help)\n")
+from vfl_lightning.report.runs import RECIPES, X_AXES, OneLineParser, ReportError
 
 
 def parser() -> argparse.ArgumentParser:

@@ -3,15 +3,15 @@ python -m vfl_lightning.report.publish OUT/wandb_report.json (needs network and 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from vfl_lightning.report.runs import OneLineParser
 from vfl_lightning.report.wandb_report import has_credentials, publish
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m vfl_lightning.report.publish")
+    p = OneLineParser(prog="python -m vfl_lightning.report.publish")
     p.add_argument("spec", type=Path)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for W&B")
     args = p.parse_args(argv)

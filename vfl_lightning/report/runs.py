@@ -3,6 +3,7 @@ config, validated together (one dataset, every curve present) before anything is
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import shlex
@@ -31,6 +32,13 @@ X_AXES = {
 WANDB_RUN_FILE = "wandb_run.json"
 # How a few override keys are shown in group labels.
 SYMBOLS = {"beta": "β", "mu": "μ", "local_steps": "Q", "batch_size": "batch"}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with a usage error as one ``error: ...`` line (status 2), like the others."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see --help)\n")
 
 
 class ReportError(ValueError):
