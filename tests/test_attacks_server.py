@@ -5,6 +5,7 @@ leaks, a constant party model leaks nothing, PBM leaks less as beta falls), the 
 import json
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from torch import nn
@@ -124,13 +125,61 @@ def test_the_attack_does_not_change_training(make_cfg):
     assert attacked["attack/feature_reconstruction/separate_messages"] is False
 
 
+class RecordHeadInputs(L.Callback):
+    """The head's input of every training batch (what the server fed its head), by sample id
+    (class attributes: Hydra builds the instance)."""
+
+    rows: dict[int, torch.Tensor] = {}
+    idx: torch.Tensor | None = None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        RecordHeadInputs.rows = {}
+        pl_module.head.register_forward_pre_hook(self.keep)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        RecordHeadInputs.idx = batch[2]
+
+    def keep(self, module, inputs) -> None:
+        if module.training and RecordHeadInputs.idx is not None:
+            for i, row in zip(RecordHeadInputs.idx.tolist(), inputs[0].detach(), strict=True):
+                RecordHeadInputs.rows[i] = row.clone()
+
+
+def test_under_fedvs_the_server_decodes_the_average_it_trained_on(make_cfg, monkeypatch):
+    """FedVS: the server's view is what it decoded from the responders' coded embeddings, the
+    very average its head was trained on (not a clean recomputation)."""
+    from vfl_lightning.privacy.attacks.server_attacks import FeatureReconstructionAttack
+
+    seen = []
+    original = FeatureReconstructionAttack.evaluate
+
+    def keep_view(self, pl_module, datamodule):
+        seen.append((self.adversary.seen.clone(), self.adversary.received.clone()))
+        return original(self, pl_module, datamodule)
+
+    monkeypatch.setattr(FeatureReconstructionAttack, "evaluate", keep_view)
+    record = f"+callbacks.record._target_={__name__}.RecordHeadInputs"
+    results = train(
+        make_cfg(
+            "experiment=fedvs_digits",
+            "attack=feature_reconstruction",
+            "trainer.max_epochs=1",
+            *SHORT,
+            record,
+        )
+    )
+    assert results["attack/feature_reconstruction/separate_messages"] is False
+    (observed, received) = seen[0]
+    rows = RecordHeadInputs.rows
+    assert observed.sum() == len(rows) > 100
+    for i, row in rows.items():
+        assert observed[i] and torch.equal(received[i], row.float())
+    assert 0.5 < results["attack/feature_reconstruction/rel_mse"] < 1.5
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (
-            ["experiment=fedvs_digits", "attack=feature_reconstruction"],
-            r"^attack=feature_reconstruction \(server role\): algo=fedvs carries coded shares",
-        ),
         (
             ["algo=npq", "attack=feature_reconstruction", "attack.target_party=4"],
             r"attack.target_party must be in \[0, 3\], got 4$",

@@ -13,8 +13,6 @@ from vfl_lightning.privacy.attacks.feature_reconstruction import (
 from vfl_lightning.privacy.attacks.harness import WireAttack
 from vfl_lightning.privacy.attacks.views import server_view
 
-PER_ROW_ALGOS = "splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd, cascade, vafl, zoo_vfl"
-
 
 class FeatureReconstructionAttack(WireAttack):
     """Training-based back mapping (model inversion) by the server.
@@ -23,8 +21,9 @@ class FeatureReconstructionAttack(WireAttack):
     ``aux_fraction`` of the training samples (and, as always, their labels). From each observed
     sample it keeps the last value it received that carries the target party: the party's own
     message where the wire carries messages apart (splitnn, npq, ldp: noisy; asynchronous
-    protocols), else the fused value it computed from the masked messages (pbm: the noisy
-    secure sum). A ridge decoder (linear or quadratic, chosen by leave-one-out error) fitted on
+    protocols; the FedVS baselines' plain embeddings), else the fused value it computed itself:
+    from the masked messages (pbm: the noisy secure sum) or by decoding the responders' coded
+    embeddings (fedvs: the quantized average of every client's embedding). A ridge decoder (linear or quadratic, chosen by leave-one-out error) fitted on
     the auxiliary rows reconstructs every other observed row.
 
     Metrics: ``rel_mse`` (MSE over the MSE of predicting the auxiliary mean; 1 learns nothing),
@@ -53,6 +52,7 @@ class FeatureReconstructionAttack(WireAttack):
         self.target_party = int(target_party)
         self.adversary: FeatureReconstructor | None = None
         self._secure_sum = None
+        self._decode = None
 
     def config(self) -> dict:
         return super().config() | {
@@ -66,13 +66,16 @@ class FeatureReconstructionAttack(WireAttack):
                 f"attack.target_party must be in [0, {pl_module.num_parties - 1}], "
                 f"got {self.target_party}"
             )
-        if not hasattr(pl_module, "exchange_round") and not hasattr(pl_module, "table"):
-            self.refuse(
-                f"algo={pl_module.name} carries coded shares, not per-sample messages; the "
-                f"server decodes only a sum over segments. Per-sample algos: {PER_ROW_ALGOS}"
-            )
         masked = pl_module.mechanism.uses_pair_masks
         self._secure_sum = pl_module.mechanism.fuse if masked else None
+        self._decode = None
+        codec = getattr(pl_module, "codec", None)
+        if codec is not None and getattr(pl_module, "strategy", None) == "fedvs":
+            # the server's own decoding: the average of all clients' embeddings, from the coded
+            # embeddings of the round's responders (Algorithm 1, lines 27-30)
+            self._decode = lambda responders, coded: codec.decode_average(
+                torch.stack(coded).to(torch.int64), responders
+            )
         self.adversary = FeatureReconstructor(len(self.true_labels), pl_module.num_classes)
 
     def observe_batch(self, pl_module, idx, labels) -> None:
@@ -83,6 +86,7 @@ class FeatureReconstructionAttack(WireAttack):
             target_party=self.target_party,
             num_parties=pl_module.num_parties,
             secure_sum=self._secure_sum,
+            decode=self._decode,
         )
         if view is not None:
             self.adversary.observe(view)

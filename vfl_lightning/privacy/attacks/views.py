@@ -59,6 +59,7 @@ class PartyView:
 
 
 EMBEDDING_KINDS = ("embedding",)
+CODED_KINDS = ("coded_embedding",)
 
 
 def server_view(
@@ -69,10 +70,23 @@ def server_view(
     target_party: int,
     num_parties: int,
     secure_sum: Callable[[list[torch.Tensor]], torch.Tensor] | None,
+    decode: Callable[[list[int], list[torch.Tensor]], torch.Tensor] | None = None,
 ) -> ServerView | None:
     """The server's view of the batch for an attack on ``target_party``; ``secure_sum`` (the
-    server's own fusion of masked messages) when individual messages are masked. None when the
-    target party sent no per-sample embedding of this batch (e.g. another client's turn)."""
+    server's own fusion of masked messages) when individual messages are masked; ``decode`` (the
+    server's own decoding of the responders' coded embeddings, FedVS) when messages are coded.
+    None when the target party sent no per-sample embedding of this batch (e.g. another client's
+    turn, or a FedVS round it did not take part in)."""
+    if decode is not None:
+        responders = [
+            m for m in range(num_parties) if recorder.last(m, UPLINK, CODED_KINDS) is not None
+        ]
+        if not responders:
+            return None
+        fused = decode(responders, [recorder.last(m, UPLINK, CODED_KINDS) for m in responders])
+        if fused.shape[0] != idx.shape[0]:
+            return None
+        return ServerView(idx, labels, fused.reshape(fused.shape[0], -1).float(), separate=False)
     if secure_sum is None:
         own = recorder.last(target_party, UPLINK, EMBEDDING_KINDS)
         if own is None or own.shape[0] != idx.shape[0]:
