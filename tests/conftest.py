@@ -55,6 +55,12 @@ class StopAt(L.Callback):
         if (trainer.current_epoch, batch_idx) != (self.epoch, self.batch):
             return
         if self.how == "kill":
+            # the kill lands after the last checkpoint reached disk, as the tests that use it
+            # assume (a kill during a write is its own test: test_checkpoints' kill-in-rename);
+            # on a loaded machine the background write could otherwise still be in flight
+            wait = getattr(trainer.strategy.checkpoint_io, "wait", None)
+            if wait is not None:
+                wait()
             os.kill(os.getpid(), signal.SIGKILL)
         if self.how == "interrupt":
             raise KeyboardInterrupt
