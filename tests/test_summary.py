@@ -19,6 +19,7 @@ def test_a_finished_run_prints_its_summary_once(make_cfg, capsys):
     assert f"model_digest (local): {results['model_digest']}" in out
     assert f"acc {stored['val/acc']:.4f}" in out and f"acc {stored['test/acc']:.4f}" in out
     assert f"feature ε {stored['privacy/feature_eps']:.4g}" in out
+    assert f"evaluation feature ε {stored['privacy/eval_feature_eps']:.4g}" in out
     assert f"{stored['comm/total_mb']:.4g} MB" in out
     assert f"{stored['comm/rounds']:.9g} rounds" in out
     assert "s wall" in out and "s simulated" in out

@@ -34,6 +34,8 @@ def _privacy_line(results: dict) -> str | None:
     line = f"  privacy: feature ε {_number(results['privacy/feature_eps'])}"
     if results.get("privacy/sample_eps") is not None:
         line += f", sample ε {_number(results['privacy/sample_eps'])}"
+    if results.get("privacy/eval_feature_eps") is not None:
+        line += f", evaluation feature ε {_number(results['privacy/eval_feature_eps'])}"
     return line + f" at δ = {_number(results.get('privacy/delta'))}"
 
 
