@@ -6,6 +6,7 @@ import os
 import signal
 from pathlib import Path
 
+import hydra
 import lightning as L
 import pytest
 import torch
@@ -40,6 +41,24 @@ def compose_config(output_dir: Path, *overrides: str) -> DictConfig:
         del cfg["hydra"]
     GlobalHydra.instance().clear()
     return cfg
+
+
+def run_train_py(argv: list[str]) -> None:
+    """``python train.py <argv>`` in this process: the root train.py's task function under
+    ``hydra.main`` (add ``-m`` to the argv for a multirun)."""
+    import sys
+
+    from vfl_lightning.cli import main as cli_main
+
+    main = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(cli_main)
+    GlobalHydra.instance().clear()
+    saved = sys.argv
+    sys.argv = ["train.py", *argv]
+    try:
+        main()
+    finally:
+        sys.argv = saved
+        GlobalHydra.instance().clear()
 
 
 class StopAt(L.Callback):

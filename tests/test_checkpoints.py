@@ -135,34 +135,30 @@ def test_temporary_file_is_written_next_to_the_target(tmp_path, monkeypatch):
     assert seen == [(tmp_path / "sub", tmp_path / "sub" / "last.ckpt")]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
-def test_kill_minus_9_mid_epoch_then_resume_equals_uninterrupted(make_cfg, tmp_path, protocol):
-    common = [*PROTOCOLS[protocol], *SHORT]
-    killed_dir = tmp_path / "killed"
+def run_until_killed(overrides: list[str], run_dir: Path) -> None:
+    """``python train.py <overrides>`` in a subprocess (tests/ on its path for the callbacks) that
+    must end by SIGKILL, its outputs in ``run_dir``."""
     env = {
         **os.environ,
         "WANDB_MODE": "disabled",
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
     }
+    command = [sys.executable, str(ROOT / "train.py"), *overrides, "logger=none"]
+    command += ["trainer.enable_progress_bar=false", f"hydra.run.dir={run_dir}"]
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "train.py"),
-            *common,
-            "trainer.max_epochs=3",
-            "logger=none",
-            "trainer.enable_progress_bar=false",
-            *stop_at(epoch=2, batch=2, how="kill"),
-            f"hydra.run.dir={killed_dir}",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        command, cwd=run_dir.parent, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_kill_minus_9_mid_epoch_then_resume_equals_uninterrupted(make_cfg, tmp_path, protocol):
+    common = [*PROTOCOLS[protocol], *SHORT]
+    killed_dir = tmp_path / "killed"
+    run_until_killed(
+        [*common, "trainer.max_epochs=3", *stop_at(epoch=2, batch=2, how="kill")], killed_dir
+    )
     assert torch.load(killed_dir / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == 1
     resume_equals_straight(make_cfg, [*common, "trainer.max_epochs=3"], killed_dir, epochs=3)
 
@@ -223,23 +219,8 @@ def temporaries(folder: Path) -> list[str]:
 def test_a_kill_during_a_checkpoint_write_leaves_no_file_after_the_resume(make_cfg, tmp_path):
     common = ["algo=pbm", *SHORT, "trainer.max_epochs=2"]
     killed_dir = tmp_path / "killed"
-    env = {
-        **os.environ,
-        "WANDB_MODE": "disabled",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-    }
     kill = ["_target_=test_checkpoints.KillInCheckpointRename", "epoch=1"]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *common, "logger=none"]
-        + ["trainer.enable_progress_bar=false", *[f"+callbacks.kill.{k}" for k in kill]]
-        + [f"hydra.run.dir={killed_dir}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    run_until_killed([*common, *[f"+callbacks.kill.{k}" for k in kill]], killed_dir)
     checkpoints = killed_dir / "checkpoints"
     (left,) = temporaries(checkpoints)  # the write of epoch 1's checkpoint, complete, not renamed
     assert left.startswith(".last.ckpt.") and (checkpoints / left).stat().st_size > 10_000

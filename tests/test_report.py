@@ -7,16 +7,12 @@ import csv
 import json
 import shutil
 import socket
-import sys
 from pathlib import Path
 from statistics import mean
 
-import hydra
 import pytest
-from conftest import CONF_DIR, QUIET
-from hydra.core.global_hydra import GlobalHydra
+from conftest import QUIET, run_train_py
 
-from vfl_lightning.cli import main as cli_main
 from vfl_lightning.curve import AXES, read_curve
 from vfl_lightning.report import ReportError, make_report
 from vfl_lightning.report.__main__ import main as report_main
@@ -33,17 +29,8 @@ SWEEP = [
 
 
 def run_multirun(argv: list[str]) -> None:
-    """``python train.py -m <argv>`` in this process (the root train.py's task function)."""
-
-    main = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(cli_main)
-    GlobalHydra.instance().clear()
-    saved = sys.argv
-    sys.argv = ["train.py", "-m", *[q for q in QUIET if not q.startswith("logger=")], *argv]
-    try:
-        main()
-    finally:
-        sys.argv = saved
-        GlobalHydra.instance().clear()
+    """``python train.py -m <argv>`` in this process, quiet (the test's logger choice kept)."""
+    run_train_py(["-m", *[q for q in QUIET if not q.startswith("logger=")], *argv])
 
 
 @pytest.fixture(scope="module")

@@ -5,17 +5,13 @@ the model artifact, and a report spec whose runsets select exactly these runs.""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-import hydra
 import pytest
-from conftest import CONF_DIR
-from hydra.core.global_hydra import GlobalHydra
+from conftest import CONF_DIR, run_train_py
 from test_report import no_network  # noqa: F401  (fixture)
 from wandb_records import history, offline_run
 
-from vfl_lightning.cli import main as cli_main
 from vfl_lightning.loggers import RUN_FILE
 from vfl_lightning.report import ReportError, make_report
 from vfl_lightning.wandb_names import unique_group
@@ -29,19 +25,6 @@ SWEEP = [
     "trainer.enable_progress_bar=false",
     "trainer.num_sanity_val_steps=0",
 ]
-
-
-def run_train_py(argv: list[str]) -> None:
-    """``python train.py <argv>`` in this process (the root train.py's task function)."""
-    main = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(cli_main)
-    GlobalHydra.instance().clear()
-    saved = sys.argv
-    sys.argv = ["train.py", *argv]
-    try:
-        main()
-    finally:
-        sys.argv = saved
-        GlobalHydra.instance().clear()
 
 
 @pytest.fixture(scope="module")

@@ -14,19 +14,8 @@ NOTE="Reduced sweep, sized for this shared 2-core CPU (other jobs were running):
 epochs than the paper; every number below is from these runs. All commands ran with \
 OMP_NUM_THREADS=1; \`bash docs/results/generate.sh\` repeats them and regenerates this page."
 
-sweep() {
-  local dir=$1
-  shift
-  rm -rf "$SWEEPS/$dir"
-  "$PYTHON" train.py -m "$@" "${COMMON[@]}" "${SCALE[@]}" hydra.sweep.dir="$SWEEPS/$dir"
-}
-# REPORT_ONLY=1: keep the sweeps already in SWEEPS_DIR, only regenerate the pages.
-if [[ "${REPORT_ONLY:-0}" == 1 ]]; then sweep() { :; }; fi
-page() {
-  local name=$1
-  shift
-  "$PYTHON" -m vfl_lightning.report "$@" --out docs/results --name "$name" --note "$NOTE" --no-progress
-}
+# shellcheck source=docs/results/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # PBM-VFL (digits, 4 parties): PBM and its LDP baseline over (b, beta), NPQ with the same parties.
 sweep pbm/pbm experiment=pbm_digits mechanism.b=2,16 mechanism.beta=0.05,0.15 seed=0,1,2 trainer.max_epochs=40

@@ -20,19 +20,8 @@ DEFENSES=(
   "defense=dcor defense.weight=0.1,1"
 )
 
-sweep() {
-  local dir=$1
-  shift
-  rm -rf "$SWEEPS/$dir"
-  "$PYTHON" train.py -m "$@" "${COMMON[@]}" "${SCALE[@]}" hydra.sweep.dir="$SWEEPS/$dir"
-}
-if [[ "${REPORT_ONLY:-0}" == 1 ]]; then sweep() { :; }; fi
-page() {
-  local name=$1
-  shift
-  "$PYTHON" -m vfl_lightning.report "$@" --recipe privacy --out docs/results --name "$name" \
-    --note "$NOTE" --no-progress
-}
+# shellcheck source=docs/results/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # digits (4 parties): feature reconstruction and model completion on every synchronous algo, PBM
 # and LDP over (b, beta), each defense on splitnn; label inference (its own threat model).
@@ -47,7 +36,7 @@ for defense in "${DEFENSES[@]}"; do
 done
 sweep digits/label_inference algo=npq,vafl,cascade attack=label_inference seed=0,1 \
   trainer.max_epochs=3
-page privacy "$SWEEPS/digits"
+page privacy "$SWEEPS/digits" --recipe privacy
 
 # breast_cancer (2 parties, binary): every attack on the synchronous, FedBCD and VAFL algos, and
 # each defense on npq.
@@ -60,9 +49,9 @@ for defense in "${DEFENSES[@]}"; do
   sweep "breast_cancer/${name#defense=}" data=breast_cancer algo=npq "$ALL" $defense seed=0,1 \
     trainer.max_epochs=10
 done
-page privacy_breast_cancer "$SWEEPS/breast_cancer"
+page privacy_breast_cancer "$SWEEPS/breast_cancer" --recipe privacy
 
 # mnist_small (4 parties of 196 pixels): feature reconstruction and model completion, one seed.
 sweep mnist_small/protocols data=mnist_small algo=splitnn,npq,pbm,ldp "$FEATURES" seed=0 \
   trainer.max_epochs=5
-page privacy_mnist_small "$SWEEPS/mnist_small"
+page privacy_mnist_small "$SWEEPS/mnist_small" --recipe privacy
