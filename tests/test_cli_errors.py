@@ -183,8 +183,8 @@ def test_ddp_refusal_comes_before_any_second_process(make_cfg, monkeypatch, algo
         train(cfg)
     assert re.fullmatch(
         rf"algo={algo} cannot run data-parallel \(trainer.devices x trainer.num_nodes = 2 "
-        r"processes, strategy FederationDDPStrategy\): .* trainer=ddp runs only splitnn, npq, "
-        r"pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd\. Use trainer=default .*",
+        r"processes, strategy FederationDDPStrategy\): .* trainer=ddp runs algo=fedbcd, "
+        r"fedbcd_s, fedpbcd, fedsgd, ldp, npq, pbm, splitnn\. Use trainer=default .*",
         error_summary(error.value),
     )
 

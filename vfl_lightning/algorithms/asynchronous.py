@@ -73,6 +73,11 @@ class HybridVFL(VFLModule):
 
     RUNTIMES = ("local", "ray")
 
+    @property
+    def party_answers(self) -> str:
+        """Zeroth-order clients get loss values, first-order ones dL/dc."""
+        return "losses" if self.client_update == "zoo" else "gradients"
+
     def __init__(
         self,
         parties,

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
 
 from vfl_lightning import lightning_speedups
@@ -26,7 +25,7 @@ from vfl_lightning.algorithms.watchdog import NonFiniteWatch
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
 from vfl_lightning.models.batched import GroupedParties, groupable
-from vfl_lightning.parallel import FederationDDPStrategy, RowShares
+from vfl_lightning.parallel import RowShares, rank_rows
 from vfl_lightning.wire import Network, SimulatedClock, Wire
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
@@ -64,12 +63,22 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     other party models, run in a loop.
     """
 
+    # Capabilities: what callbacks, checks and the report ask of a protocol, declared here and
+    # overridden by each protocol class (no list of algo names exists anywhere else).
     SUPPORTS_ACTIVE_PARTY = False
+    """Whether the label holder may hold features too (``data.active_party=true``)."""
     DATA_PARALLEL = False
+    """Whether its batches can be split over ranks (``trainer=ddp``)."""
     RUNTIMES = ("local",)
-    """Where this protocol's parties may run (``runtime=...``)."""
+    """Where this protocol's parties may run: the ``name`` of a runtime (``conf/runtime``)."""
     PARTY_INTERFACE: type[Parties] = Parties
     """The interface the protocol reaches its parties through (a transport implements it)."""
+    PARTY_ANSWERS = "gradients"
+    """What the server sends a party back: ``gradients`` (dL/dh_m) or ``losses`` (zeroth-order
+    clients get loss values only); :attr:`party_answers` reads it per instance."""
+    PER_PARTY_MESSAGES = True
+    """Whether the server sees each party's own message and answers each party with the gradient
+    of its own embedding (false: it decodes only an aggregate and broadcasts one gradient)."""
 
     def __init__(
         self,
@@ -166,6 +175,17 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     def num_parties(self) -> int:
         return self._num_parties
 
+    @property
+    def party_answers(self) -> str:
+        """What this run's server sends its parties back (:attr:`PARTY_ANSWERS`)."""
+        return self.PARTY_ANSWERS
+
+    def server_decoder(self) -> Callable | None:
+        """How the server turns what the responders of a round sent into the average its head
+        reads, ``decode(responders, coded)``, when it never sees a party's own message (coded
+        protocols); None when the messages arrive per party."""
+        return None
+
     def __setattr__(self, name: str, value) -> None:
         # Lightning sets ``_current_fx_name`` (a string or None) before and after every hook it
         # calls, a dozen times per training batch; ``nn.Module.__setattr__`` first checks whether
@@ -182,27 +202,9 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         self.rows = self.data_parallel_rows()
 
     def data_parallel_rows(self) -> RowShares:
-        """This rank's :class:`RowShares` under ``trainer=ddp``; refuse any other multi-process
-        strategy, and data parallelism for protocols that cannot split their batches."""
-        trainer = self.trainer
-        strategy = trainer.strategy
-        if trainer.world_size == 1 and not isinstance(strategy, DDPStrategy):
-            return RowShares()
-        if not self.DATA_PARALLEL:
-            raise ValueError(
-                f"algo={self.name} cannot run data-parallel (trainer.devices x num_nodes = "
-                f"{trainer.world_size}, strategy {type(strategy).__name__}): its protocol state is "
-                "not a function of each batch's rows; only the synchronous family (splitnn, npq, "
-                "pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd) supports trainer=ddp. Use "
-                "trainer.devices=1 without a DDP strategy"
-            )
-        if not isinstance(strategy, FederationDDPStrategy):
-            raise ValueError(
-                f"strategy {type(strategy).__name__} with {trainer.world_size} process(es) would "
-                "not reduce the party gradients (their backward bypasses DistributedDataParallel): "
-                "use trainer=ddp (vfl_lightning.parallel.FederationDDPStrategy)"
-            )
-        return RowShares(trainer.world_size, trainer.global_rank)
+        """This rank's :class:`RowShares` (:func:`~vfl_lightning.parallel.rank_rows`: refused for
+        a protocol without :attr:`DATA_PARALLEL` on several ranks)."""
+        return rank_rows(self.trainer, data_parallel=self.DATA_PARALLEL, name=self.name)
 
     @classmethod
     def check_precision(cls, precision) -> str:

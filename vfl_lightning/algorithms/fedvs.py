@@ -64,6 +64,7 @@ class FedVSFamily(VFLModule):
 
     RUNTIMES = ("local", "ray")
     PARTY_INTERFACE = FedVSParties
+    PER_PARTY_MESSAGES = False
 
     def __init__(
         self,
@@ -133,6 +134,16 @@ class FedVSFamily(VFLModule):
         """The public code parameters (``codec``), Wait-DP's noise (``dp``), which the clients
         add themselves, and whether evaluation is coded too (``coded_eval``: FedVS itself)."""
         return {"codec": self.codec, "dp": self.dp, "coded_eval": self.strategy == "fedvs"}
+
+    def server_decoder(self):
+        """FedVS itself: the average of all clients' embeddings, decoded from the coded
+        embeddings of a round's responders (Algorithm 1, lines 27-30); the baselines send plain
+        per-party embeddings (None)."""
+        if self.strategy != "fedvs":
+            return None
+        return lambda responders, coded: self.codec.decode_average(
+            torch.stack(coded).to(torch.int64), responders
+        )
 
     @classmethod
     def check_party_class(cls, party_class: type, name: str) -> None:

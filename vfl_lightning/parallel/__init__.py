@@ -2,6 +2,6 @@
 server and the wire are replicated; see :mod:`.rows` (the math) and :mod:`.strategy` (Lightning)."""
 
 from vfl_lightning.parallel.rows import RowShares, share_bounds
-from vfl_lightning.parallel.strategy import FederationDDPStrategy
+from vfl_lightning.parallel.strategy import FederationDDPStrategy, rank_rows
 
-__all__ = ["FederationDDPStrategy", "RowShares", "share_bounds"]
+__all__ = ["FederationDDPStrategy", "RowShares", "rank_rows", "share_bounds"]

@@ -11,6 +11,8 @@ from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DistributedSampler
 
+from vfl_lightning.parallel.rows import RowShares
+
 
 class FederationDDPStrategy(DDPStrategy):
     """One process per device, each a replica of the whole simulated federation.
@@ -58,3 +60,27 @@ class FederationDDPStrategy(DDPStrategy):
                 "whole global batch (the one-process data order) and embeds its own share of it"
             )
         return super().process_dataloader(dataloader)
+
+
+def rank_rows(trainer, *, data_parallel: bool, name: str) -> RowShares:
+    """This rank's :class:`RowShares` under ``trainer=ddp`` (one rank without a DDP strategy: all
+    rows); refused for any other multi-process strategy, and for a protocol that cannot split its
+    batches (``data_parallel`` false; ``name``: its algo name for the message)."""
+    strategy = trainer.strategy
+    if trainer.world_size == 1 and not isinstance(strategy, DDPStrategy):
+        return RowShares()
+    if not data_parallel:
+        raise ValueError(
+            f"algo={name} cannot run data-parallel (trainer.devices x num_nodes = "
+            f"{trainer.world_size}, strategy {type(strategy).__name__}): its protocol state is "
+            "not a function of each batch's rows, so trainer=ddp cannot split it (its class declares "
+            "DATA_PARALLEL = False). Use "
+            "trainer.devices=1 without a DDP strategy"
+        )
+    if not isinstance(strategy, FederationDDPStrategy):
+        raise ValueError(
+            f"strategy {type(strategy).__name__} with {trainer.world_size} process(es) would "
+            "not reduce the party gradients (their backward bypasses DistributedDataParallel): "
+            "use trainer=ddp (vfl_lightning.parallel.FederationDDPStrategy)"
+        )
+    return RowShares(trainer.world_size, trainer.global_rank)

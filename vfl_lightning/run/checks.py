@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from hydra.utils import get_class
@@ -73,20 +74,25 @@ def algo_targets(folder: Path) -> dict[str, str]:
     return {name: target(name) for name in files}
 
 
-def ray_algos() -> str:
-    """The algo names whose protocol class declares ``runtime=ray`` (its ``RUNTIMES``), read from
-    the job's algo configs; outside a Hydra job, those protocol classes."""
+def algos_with(capability: Callable[[type], bool]) -> str:
+    """The algo names whose protocol class has ``capability``, read from the job's algo configs;
+    outside a Hydra job, those protocol classes of the library."""
     from vfl_lightning import algorithms
 
     names = set()
     for folder in algo_config_dirs():
         for name, target in algo_targets(folder).items():
-            if target is not None and "ray" in get_class(target).RUNTIMES:
+            if target is not None and capability(get_class(target)):
                 names.add(name)
     if names:
         return f"algo={', '.join(sorted(names))}"
-    classes = [n for n in algorithms.__all__ if "ray" in getattr(algorithms, n).RUNTIMES]
+    classes = [n for n in algorithms.__all__ if capability(getattr(algorithms, n))]
     return f"the protocols of {', '.join(classes)}"
+
+
+def ray_algos() -> str:
+    """The algo names whose protocol class declares ``runtime=ray`` (its ``RUNTIMES``)."""
+    return algos_with(lambda protocol: "ray" in protocol.RUNTIMES)
 
 
 def check_runtime(cfg: DictConfig) -> None:

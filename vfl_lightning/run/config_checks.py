@@ -12,10 +12,10 @@ from omegaconf import DictConfig
 
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.parallel import FederationDDPStrategy
+from vfl_lightning.run.checks import algos_with
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 SINGLE_PROCESS_STRATEGIES = (None, "auto", "single_device")
-DATA_PARALLEL_FAMILY = "splitnn, npq, pbm, ldp, fedsgd, fedbcd, fedbcd_s, fedpbcd"
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -137,7 +137,8 @@ def check_data_parallel(cfg: DictConfig, algo: type) -> None:
         raise ConfigError(
             f"algo={cfg.algo.get('name')} cannot run data-parallel (trainer.devices x "
             f"trainer.num_nodes = {processes} processes, strategy {short}): its protocol state is "
-            f"not a function of each batch's rows; trainer=ddp runs only {DATA_PARALLEL_FAMILY}. "
+            f"not a function of each batch's rows; trainer=ddp runs "
+            f"{algos_with(lambda protocol: protocol.DATA_PARALLEL)}. "
             "Use trainer=default (trainer.devices=1, no DDP strategy)"
         )
     federation = isinstance(named, str) and "." in named

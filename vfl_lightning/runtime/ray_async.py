@@ -1,4 +1,4 @@
-"""runtime=ray for the asynchronous family (cascade, zoo_vfl, syn_zoo_vfl, vafl): the party actor's
+"""runtime=ray for the asynchronous family (:class:`~vfl_lightning.algorithms.HybridVFL`): the party actor's
 side of a ZOO query or embedding (with a real work delay) and the server's side, which takes the
 clients' messages in the order they arrive (``ray.wait``), so the table's staleness is real."""
 

@@ -65,12 +65,12 @@ class GradientScoringAttack(PartyAttack):
         super().check(pl_module, datamodule)
         if pl_module.num_classes != 2:
             self.refuse(f"needs a binary task, got {pl_module.num_classes} classes")
-        if getattr(pl_module, "client_update", "foo") == "zoo":
+        if pl_module.party_answers == "losses":
             self.refuse(
                 f"algo={pl_module.name} clients receive loss values, not gradients "
                 "(zeroth-order clients): use attack=label_inference"
             )
-        if not hasattr(pl_module, "exchange_round") and not hasattr(pl_module, "table"):
+        if not pl_module.PER_PARTY_MESSAGES:
             self.refuse(
                 f"algo={pl_module.name} broadcasts one gradient of the segment-decoded sum, not "
                 "per-sample gradients of the party's own rows"

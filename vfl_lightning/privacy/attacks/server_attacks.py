@@ -20,11 +20,12 @@ class FeatureReconstructionAttack(WireAttack):
     Assumption: the server knows the raw features of ``target_party`` for a random fraction
     ``aux_fraction`` of the training samples (and, as always, their labels). From each observed
     sample it keeps the last value it received that carries the target party: the party's own
-    message where the wire carries messages apart (splitnn, npq, ldp: noisy; asynchronous
-    protocols; the FedVS baselines' plain embeddings), else the fused value it computed itself:
-    from the masked messages (pbm: the noisy secure sum) or by decoding the responders' coded
-    embeddings (fedvs: the quantized average of every client's embedding). A ridge decoder (linear or quadratic, chosen by leave-one-out error) fitted on
-    the auxiliary rows reconstructs every other observed row.
+    message where the wire carries messages apart (noisy under LDP), else the fused value it
+    computed itself: from pairwise-masked messages (the secure sum), or by the protocol's
+    :meth:`~vfl_lightning.algorithms.base.VFLModule.server_decoder` of the responders' coded
+    embeddings (the quantized average of every client's embedding). A ridge decoder (linear or
+    quadratic, chosen by leave-one-out error) fitted on the auxiliary rows reconstructs every
+    other observed row.
 
     Metrics: ``rel_mse`` (MSE over the MSE of predicting the auxiliary mean; 1 learns nothing),
     ``r2`` (per feature; None for a constant feature), ``r2_mean``, ``label_baseline_rel_mse``
@@ -68,14 +69,8 @@ class FeatureReconstructionAttack(WireAttack):
             )
         masked = pl_module.mechanism.uses_pair_masks
         self._secure_sum = pl_module.mechanism.fuse if masked else None
-        self._decode = None
-        codec = getattr(pl_module, "codec", None)
-        if codec is not None and getattr(pl_module, "strategy", None) == "fedvs":
-            # the server's own decoding: the average of all clients' embeddings, from the coded
-            # embeddings of the round's responders (Algorithm 1, lines 27-30)
-            self._decode = lambda responders, coded: codec.decode_average(
-                torch.stack(coded).to(torch.int64), responders
-            )
+        # a coded protocol's server sees only its own decoding of the responders' messages
+        self._decode = pl_module.server_decoder()
         self.adversary = FeatureReconstructor(len(self.true_labels), pl_module.num_classes)
 
     def observe_batch(self, pl_module, idx, labels) -> None:

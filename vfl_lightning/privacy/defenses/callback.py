@@ -55,16 +55,16 @@ class GradientDefense(Defense, ABC):
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage != "fit":
             return
-        if getattr(pl_module, "client_update", "foo") == "zoo":
+        if pl_module.party_answers == "losses":
             self.refuse(
                 f"algo={pl_module.name} sends its clients loss values, not gradients "
                 "(zeroth-order clients): there is no gradient to protect"
             )
-        if not hasattr(pl_module, "exchange_round") and not hasattr(pl_module, "table"):
+        if not pl_module.PER_PARTY_MESSAGES:
             self.refuse(
                 f"algo={pl_module.name} broadcasts one gradient that every client applies; "
-                "per-party gradient defenses apply to splitnn, npq, pbm, ldp, the FedBCD family "
-                "and vafl"
+                "per-party gradient defenses need a protocol that answers each party with the "
+                "gradient of its own embedding"
             )
         self.check(pl_module)
         if self.filter not in pl_module.wire.gradient_filters:
