@@ -108,7 +108,7 @@ def test_ray_refuses_a_protocol_that_runs_only_locally_in_one_line(make_cfg, mon
     monkeypatch.setattr(SyncVFL, "RUNTIMES", ("local",))
     cfg = make_cfg("algo=npq", "runtime=ray", "runtime.party_seeds=derived")
     with pytest.raises(
-        ConfigError, match=r"^algo=npq does not run in the Ray runtime \(it runs on local\)"
+        ConfigError, match=r"^algo=npq does not run on runtime=ray \(it runs on local\)"
     ) as error:
         train(cfg)
     message = str(error.value)
@@ -122,8 +122,10 @@ def test_ray_refuses_a_protocol_that_runs_only_locally_in_one_line(make_cfg, mon
 
 def test_unknown_runtime_and_ddp_with_ray_are_refused(make_cfg):
     cfg = make_cfg("runtime=ray", "runtime.party_seeds=derived")
-    cfg.runtime.name = "mpi"
-    with pytest.raises(ConfigError, match=r"runtime must be one of \('local', 'ray'\), got 'mpi'"):
+    cfg.runtime._target_ = "vfl_lightning.run.runtimes.MpiRuntime"
+    with pytest.raises(
+        ConfigError, match=r"^runtime._target_=vfl_lightning.run.runtimes.MpiRuntime cannot be"
+    ):
         train(cfg)
     with pytest.raises(ConfigError, match="runtime=ray runs one server process"):
         train(make_cfg("runtime=ray", "runtime.party_seeds=derived", "trainer=ddp"))

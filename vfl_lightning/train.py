@@ -1,4 +1,4 @@
-"""train(cfg) and build(cfg), importable from here as before; the run's steps live in ``run/``
+"""train(cfg) and build(cfg), importable from here; the run's steps live in ``run/``
 (checks, assembly, the Ray session, resume, results, outcome). The root train.py adds @hydra.main."""
 
 from vfl_lightning.run.assemble import build

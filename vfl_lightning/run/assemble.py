@@ -10,28 +10,21 @@ from omegaconf import DictConfig
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.checkpoints import AtomicCheckpointIO
 from vfl_lightning.errors import ConfigError
-from vfl_lightning.run.checks import runtime_name
+from vfl_lightning.run.runtimes import LocalRuntime, make_runtime
 from vfl_lightning.run.outcome import root_cause
 
 
-def build(cfg: DictConfig):
+def build(cfg: DictConfig, runtime: LocalRuntime | None = None):
     """Instantiate (datamodule, module) from ``cfg``; runtime sizes are passed at instantiation.
 
-    ``runtime=ray`` (Ray already started): the data module and the party widths come from
-    :func:`~vfl_lightning.runtime.server_data.server_setup` (no party column, no party model in
-    this process; the parties' actors build their own)."""
+    The data module and the party models the server's process holds come from the
+    ``runtime`` (default: the one ``cfg.runtime`` names, :meth:`LocalRuntime.server_side`):
+    ``runtime=ray`` (Ray already started) holds no party column and no party model here."""
     get_class(cfg.algo._target_).check_party_class(get_class(cfg.party._target_), cfg.algo.name)
     factory = PartyFactory.from_config(cfg)
-    if runtime_name(cfg) == "ray":
-        from vfl_lightning.runtime.server_data import server_setup
-
-        setup = server_setup(factory)
-        datamodule, widths, parties = setup.datamodule, list(setup.widths), []
-        sizes = {"party_widths": widths}
-    else:
-        datamodule = factory.datamodule()
-        parties = factory.party_models(datamodule.party_shapes)
-        widths, sizes = [p.embedding_dim for p in parties], {}
+    runtime = make_runtime(cfg) if runtime is None else runtime
+    datamodule, parties, sizes = runtime.server_side(factory)
+    widths = list(sizes.get("party_widths", [p.embedding_dim for p in parties]))
     num_parties = len(widths)
     # An active label holder (data.active_party=true) gets its own party model for its own slice.
     server_shape = getattr(datamodule, "server_shape", None)
@@ -59,10 +52,10 @@ def build(cfg: DictConfig):
     return datamodule, module
 
 
-def build_in_data_dir(cfg: DictConfig):
+def build_in_data_dir(cfg: DictConfig, runtime: LocalRuntime):
     """:func:`build`, with a filesystem error under ``paths.data_dir`` named as that key."""
     try:
-        return build(cfg)
+        return build(cfg, runtime)
     except Exception as error:
         cause = root_cause(error)
         data_dir = str(cfg.paths.get("data_dir", ""))

@@ -13,8 +13,7 @@ from omegaconf import DictConfig
 
 from vfl_lightning.algorithms.parties import PARTY_SEEDS
 from vfl_lightning.errors import ConfigError
-
-RUNTIMES = ("local", "ray")
+from vfl_lightning.run.runtimes import runtime_class
 
 
 def check_run_config(cfg: DictConfig) -> None:
@@ -90,25 +89,25 @@ def algos_with(capability: Callable[[type], bool]) -> str:
     return f"the protocols of {', '.join(classes)}"
 
 
-def ray_algos() -> str:
-    """The algo names whose protocol class declares ``runtime=ray`` (its ``RUNTIMES``)."""
-    return algos_with(lambda protocol: "ray" in protocol.RUNTIMES)
-
-
 def check_runtime(cfg: DictConfig) -> None:
-    """Refuse an unknown runtime, and runtime=ray for protocols or trainers it does not run."""
+    """Refuse a runtime that cannot be imported, a protocol that does not run on it (its
+    ``RUNTIMES``), and what the runtime itself refuses (:meth:`LocalRuntime.check`)."""
+    runtime = runtime_class(cfg)
     name = runtime_name(cfg)
-    if name not in RUNTIMES:
-        raise ConfigError(f"runtime must be one of {RUNTIMES}, got {name!r}")
     party_seeds(cfg)
-    if name == "local":
-        return
     algo = get_class(cfg.algo._target_)
     if name not in algo.RUNTIMES:
         raise ConfigError(
-            f"algo={cfg.algo.get('name')} does not run in the Ray runtime (it runs on "
-            f"{', '.join(algo.RUNTIMES)}); runtime=ray runs {ray_algos()}"
+            f"algo={cfg.algo.get('name')} does not run on runtime={name} (it runs on "
+            f"{', '.join(algo.RUNTIMES)}); runtime={name} runs "
+            f"{algos_with(lambda protocol: name in protocol.RUNTIMES)}"
         )
+    runtime.check(cfg, algo)
+
+
+def check_ray_runtime(cfg: DictConfig, algo: type) -> None:
+    """What ``runtime=ray`` refuses: its time scale, party directory, the asynchronous family's
+    options it does not run, and a multi-process trainer."""
     check_time_scale(cfg.runtime.get("time_scale"))
     check_party_dir(cfg.runtime.get("party_dir"))
     check_ray_options(algo, cfg.algo)
@@ -127,10 +126,11 @@ def party_seeds(cfg: DictConfig) -> str:
     value = runtime.get("party_seeds", "derived")
     if value not in PARTY_SEEDS:
         raise ConfigError(f"runtime.party_seeds must be one of {PARTY_SEEDS}, got {value!r}")
-    if value == "private" and runtime_name(cfg) != "ray":
+    if value == "private" and not runtime_class(cfg).PRIVATE_SEEDS:
         raise ConfigError(
-            "runtime.party_seeds=private needs runtime=ray (runtime=local simulates every party "
-            "in one process from the run's seed: its party seeds are always derived)"
+            f"runtime.party_seeds=private needs runtime=ray (runtime={runtime_name(cfg)} "
+            "simulates every party in one process from the run's seed: its party seeds are "
+            "always derived)"
         )
     return value
 

@@ -1,5 +1,6 @@
-"""The Ray session of ``runtime=ray``: connect (or start a local instance), move a module's
-parties into actors built by the run's party factory, and disconnect what this run started."""
+"""``runtime=ray`` (:class:`RayRuntime`): connect (or start a local instance), take the server's
+data from a Ray task, move a module's parties into actors built by the run's party factory, and
+disconnect what this run started."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.errors import ConfigError
-from vfl_lightning.run.checks import check_time_scale, party_seeds
+from vfl_lightning.run.checks import check_ray_runtime, check_time_scale, party_seeds
+from vfl_lightning.run.runtimes import LocalRuntime
 from vfl_lightning.runtime.party_trust import PartyTrust
 
 log = logging.getLogger(__name__)
@@ -93,3 +95,38 @@ def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
     if speeds is not None:
         parties.set_work_delays([float(s) for s in speeds], float(cfg.runtime.time_scale))
     module.attach_parties(parties)
+
+
+class RayRuntime(LocalRuntime):
+    """Every party a Ray actor holding only its own columns, model, optimizer, state and secrets;
+    the server (this Lightning process) holds sample ids, labels and the head (docs/runtime.md)."""
+
+    PRIVATE_SEEDS = True
+
+    def __init__(self, name: str = "ray", **settings) -> None:
+        super().__init__(name, **settings)
+        self.started = False
+
+    @classmethod
+    def check(cls, cfg: DictConfig, protocol: type) -> None:
+        check_ray_runtime(cfg, protocol)
+
+    def start(self, cfg: DictConfig) -> bool:
+        self.started = start_ray(cfg)
+        return self.started
+
+    def server_side(self, factory: PartyFactory):
+        """The data module (labels and ids only) and the party widths from a Ray task
+        (:func:`~vfl_lightning.runtime.server_data.server_setup`); no party model here."""
+        from vfl_lightning.runtime.server_data import server_setup
+
+        setup = server_setup(factory)
+        return setup.datamodule, [], {"party_widths": list(setup.widths)}
+
+    def attach(self, cfg: DictConfig, module: VFLModule) -> None:
+        attach_ray_parties(cfg, module)
+
+    def stop(self) -> None:
+        if self.started:
+            stop_ray()
+            self.started = False

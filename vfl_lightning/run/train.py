@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.curve import CurveWriter
 from vfl_lightning.run.assemble import build_in_data_dir, make_callbacks, make_loggers, make_trainer
-from vfl_lightning.run.checks import check_output_dir, check_run_config, check_runtime, runtime_name
+from vfl_lightning.run.checks import check_output_dir, check_run_config, check_runtime
 from vfl_lightning.run.config_checks import check_config
 from vfl_lightning.run.outcome import (
     RUN_LOG_ONLY,
@@ -24,7 +24,6 @@ from vfl_lightning.run.outcome import (
     interrupted,
 )
 from vfl_lightning.run.process import freeze_import_time_objects, prepare_process
-from vfl_lightning.run.ray_session import attach_ray_parties, start_ray, stop_ray
 from vfl_lightning.run.results import (
     finished_results,
     logged_metrics,
@@ -32,6 +31,7 @@ from vfl_lightning.run.results import (
     write_results,
 )
 from vfl_lightning.run.resume import check_resume, protocol_config
+from vfl_lightning.run.runtimes import LocalRuntime, make_runtime
 from vfl_lightning.run.summary import print_summary
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def train(cfg: DictConfig) -> dict:
     results: dict = {"status": "failed", "algo": cfg.algo.get("name"), "seed": cfg.get("seed")}
     trainer: L.Trainer | None = None
     module: VFLModule | None = None
-    started_ray = False
+    runtime: LocalRuntime | None = None
     refused = False
     try:
         check_output_dir(output_dir)
@@ -60,12 +60,11 @@ def train(cfg: DictConfig) -> dict:
         prepare_process(cfg)
         config = protocol_config(cfg)
         ckpt_path = check_resume(cfg, config)
-        if runtime_name(cfg) == "ray":
-            started_ray = start_ray(cfg)
-        datamodule, module = build_in_data_dir(cfg)
+        runtime = make_runtime(cfg)
+        runtime.start(cfg)
+        datamodule, module = build_in_data_dir(cfg, runtime)
         module.run_config = config
-        if runtime_name(cfg) == "ray":
-            attach_ray_parties(cfg, module)
+        runtime.attach(cfg, module)
         callbacks = make_callbacks(cfg)
         loggers = make_loggers(cfg)
         trainer = make_trainer(cfg, callbacks, loggers)
@@ -96,8 +95,8 @@ def train(cfg: DictConfig) -> dict:
     finally:
         if module is not None:
             module.party_side.close()
-        if started_ray:
-            stop_ray()
+        if runtime is not None:
+            runtime.stop()
         results["time/wall_s"] = time.perf_counter() - started
         # With trainer=ddp every rank holds the same totals: rank 0 alone writes them.
         rank_zero = trainer is None or trainer.is_global_zero
