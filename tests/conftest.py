@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from pathlib import Path
@@ -41,6 +42,15 @@ def compose_config(output_dir: Path, *overrides: str) -> DictConfig:
         del cfg["hydra"]
     GlobalHydra.instance().clear()
     return cfg
+
+
+@functools.cache
+def algo_report_config(algo: str) -> dict:
+    """``{"report": ...}``: how the report draws ``algo``, as its composed config holds it."""
+    from omegaconf import OmegaConf
+
+    cfg = compose_config(Path("unused"), f"algo={algo}")
+    return {"report": OmegaConf.to_container(cfg.report)}
 
 
 def run_train_py(argv: list[str]) -> None:

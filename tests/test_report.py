@@ -11,7 +11,7 @@ from pathlib import Path
 from statistics import mean
 
 import pytest
-from conftest import QUIET, run_train_py
+from conftest import QUIET, algo_report_config, run_train_py
 
 from vfl_lightning.curve import AXES, read_curve
 from vfl_lightning.report import ReportError, make_report
@@ -172,7 +172,10 @@ def test_cli_bad_inputs_write_nothing(sweep, tmp_path, capsys, no_network):
     (crashed / "0" / "results.json").write_text(json.dumps({"status": "failed", "algo": "pbm"}))
     fails([str(crashed)], "no finished runs under")
     fails([str(sweep), "--x", "banana"], "argument --x: invalid choice: 'banana'")
-    fails([str(sweep), "--recipe", "fedvs"], "--recipe fedvs needs runs of fedvs")
+    fails(
+        [str(sweep), "--recipe", "fedvs"],
+        "--recipe fedvs needs runs of an algo whose config lists it in report.recipes",
+    )
     a_file = tmp_path / "taken"
     a_file.write_text("mine")
     assert report_main([str(sweep), "--out", str(a_file), "--no-progress"]) == 2
@@ -217,7 +220,7 @@ def test_recipe_chosen_from_the_algos(algos, recipe):
     from vfl_lightning.report.recipes import choose_recipe
     from vfl_lightning.report.runs import Run
 
-    runs = [Run(Path("."), {"algo": algo}, []) for algo in algos]
+    runs = [Run(Path("."), {"algo": algo}, [], config=algo_report_config(algo)) for algo in algos]
     assert choose_recipe(runs) == recipe
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
+from conftest import algo_report_config
 
 from vfl_lightning.report import charts, figures
 from vfl_lightning.report.aggregate import summarize
@@ -15,7 +16,7 @@ from vfl_lightning.report.runs import Group, Run
 
 def run(algo: str, accuracies: list[float], **results) -> Run:
     curve = [{"epoch": float(i + 1), "val/acc": a} for i, a in enumerate(accuracies)]
-    return Run(Path("."), {"algo": algo, **results}, curve)
+    return Run(Path("."), {"algo": algo, **results}, curve, config=algo_report_config(algo))
 
 
 def group(label: str, *runs: Run) -> Group:
@@ -28,7 +29,7 @@ def test_an_algo_keeps_its_colour_in_every_figure():
     mixed = figures.group_colors(
         [group("npq", run("npq", [0.1])), pbm, group("ldp", run("ldp", [0.1]))]
     )
-    assert alone[0] == mixed[1] == figures.algo_color("pbm")
+    assert alone[0] == mixed[1] == figures.algo_color(pbm)
     assert len({tuple(c) for c in mixed}) == 3
     shades = figures.group_colors(
         [group("pbm a", run("pbm", [0.1])), group("pbm b", run("pbm", [0.1]))]
@@ -107,11 +108,17 @@ def test_summary_text(values, kwargs, text):
 
 
 def test_every_algo_has_its_own_colour_family():
-    """One colour per algo everywhere: the privacy recipe draws any algos side by side."""
+    """One colour per algo everywhere (its config's report.colormap): the privacy recipe draws
+    any algos side by side."""
     from pathlib import Path
 
-    from vfl_lightning.report.figures import ALGO_COLORMAPS
+    import yaml
 
-    algos = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "algo").glob("*.yaml"))
-    assert sorted(ALGO_COLORMAPS) == algos
-    assert len(set(ALGO_COLORMAPS.values())) == len(ALGO_COLORMAPS)
+    folder = Path(__file__).parents[1] / "conf" / "algo"
+    colormaps = {}
+    for path in folder.glob("*.yaml"):
+        colormaps[path.stem] = (yaml.safe_load(path.read_text()).get("report") or {}).get(
+            "colormap"
+        )
+    assert all(colormaps.values()), colormaps
+    assert len(set(colormaps.values())) == len(colormaps)

@@ -74,7 +74,7 @@ def points(
     for index, (name, entries) in enumerate(series.items()):
         if not entries:
             continue
-        color = algo_color(entries[0][0].algo)
+        color = algo_color(entries[0][0])
         shift = (1.0 + dodge) ** (index - centre)
         path = []
         for group, x_key, y_key, style in entries:

@@ -1,5 +1,5 @@
 """The report's document model: sections (text, figures, tables, W&B panels), the context a
-recipe reads, the papers' algo families and their order."""
+recipe reads, and the order of a recipe's groups (from each run's ``report`` config)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,6 @@ from matplotlib.figure import Figure
 
 from vfl_lightning.report.runs import Group, Run
 
-FAMILIES = {
-    "fedvs": ("fedvs", "fedvs_wait", "fedvs_ignore", "fedvs_wait_dp"),
-    "fedbcd": ("fedsgd", "fedbcd", "fedbcd_s", "fedpbcd"),
-    "cascade": ("splitnn", "npq", "vafl", "syn_zoo_vfl", "zoo_vfl", "cascade"),
-    "pbm": ("npq", "pbm", "ldp"),
-}
-# Shared baselines: their presence alone does not choose a recipe.
-BASELINES = {"npq", "splitnn"}
 TITLES = {
     "pbm": "PBM-VFL",
     "fedbcd": "FedBCD",
@@ -76,11 +68,13 @@ def natural(value: str | None) -> tuple:
         return (1, 0.0, value)
 
 
-def ordered(groups: Sequence[Group], family: str) -> list[Group]:
-    """Groups in the family's algo order, then by their override values (numbers by value)."""
-    order = FAMILIES.get(family, ())
-    rank = {algo: i for i, algo in enumerate(order)}
-    return sorted(
-        groups,
-        key=lambda g: (rank.get(g.algo, len(order)), [natural(v) for v in g.values.values()]),
-    )
+def ordered(groups: Sequence[Group], recipe: str) -> list[Group]:
+    """The recipe's groups first, in their algos' ``report.order``, then the others; then by
+    their override values (numbers by value)."""
+
+    def rank(group: Group) -> tuple:
+        inside = group.runs[0].in_recipe(recipe)
+        order = group.style("order", 0) if inside else 0
+        return (not inside, order, [natural(v) for v in group.values.values()])
+
+    return sorted(groups, key=rank)

@@ -35,28 +35,9 @@ LABELS = {
     "test/acc_clean": "test accuracy, noise-free evaluation",
     "test/auroc": "test AUC",
 }
-# One colour family per algo, the same in every figure: the algo's single group takes the
-# family's dark shade, several groups of one algo (b, β; Q; K) take lighter to darker shades.
-ALGO_COLORMAPS = {
-    "npq": "Greys",
-    "splitnn": "RdPu",
-    "pbm": "Blues",
-    "ldp": "Oranges",
-    "vafl": "Greens",
-    "syn_zoo_vfl": "Purples",
-    "zoo_vfl": "YlOrBr",
-    "cascade": "Reds",
-    "fedsgd": "PuBuGn",
-    "fedbcd": "GnBu",
-    "fedbcd_s": "YlOrRd",
-    "fedpbcd": "YlGn",
-    "fedvs": "OrRd",
-    "fedvs_wait": "PuBu",
-    "fedvs_ignore": "BuGn",
-    "fedvs_wait_dp": "BuPu",
-}
-"""No two algos share a colour family, so an algo keeps its colour in every figure, the privacy
-recipe's (which puts any algos together) included."""
+# One colour family per algo (its config's ``report.colormap``), the same in every figure: the
+# algo's single group takes the family's dark shade, several groups of one algo (b, β; Q; K) take
+# lighter to darker shades. An algo without one gets one of these, by a hash of its name.
 OTHER_COLORMAPS = ("YlGnBu", "PuRd", "copper", "pink", "summer")
 # legend entries beyond which a one-panel figure puts its legend below the panel
 MANY = 12
@@ -68,16 +49,17 @@ def label(key: str) -> str:
     return LABELS.get(key, key)
 
 
-def algo_colormap(algo: str):
-    name = ALGO_COLORMAPS.get(algo)
+def algo_colormap(group: Group):
+    """The colour family of the group's algo."""
+    name = group.style("colormap")
     if name is None:
-        name = OTHER_COLORMAPS[zlib.crc32(algo.encode()) % len(OTHER_COLORMAPS)]
+        name = OTHER_COLORMAPS[zlib.crc32(group.algo.encode()) % len(OTHER_COLORMAPS)]
     return plt.get_cmap(name)
 
 
-def algo_color(algo: str):
-    """The algo's colour when it has one group in a figure."""
-    return algo_colormap(algo)(0.75)
+def algo_color(group: Group):
+    """The colour of the group's algo when it has one group in a figure."""
+    return algo_colormap(group)(0.75)
 
 
 def group_colors(groups: Sequence[Group]) -> list:
@@ -92,7 +74,7 @@ def group_colors(groups: Sequence[Group]) -> list:
         seen[group.algo] = rank + 1
         n = counts[group.algo]
         shade = 0.75 if n == 1 else float(np.linspace(0.45, 0.95, n)[rank])
-        out.append(algo_colormap(group.algo)(shade))
+        out.append(algo_colormap(group)(shade))
     return out
 
 

@@ -22,7 +22,6 @@ METRICS = {
     "label_inference": ("acc", "label-inference accuracy"),
 }
 """Each attack's headline metric (``attack/<name>/<metric>``) and its axis label."""
-NOISY_ALGOS = ("pbm", "ldp")
 NOT_SETTINGS = ("attack", "defense", "trainer.", "callbacks.", "logger")
 """Override keys that do not name a protocol setting (shown elsewhere, or plumbing)."""
 
@@ -131,7 +130,7 @@ def epsilon_figure(groups: Sequence[Group], title: str):
     noisy = [
         g
         for g in groups
-        if g.algo in NOISY_ALGOS
+        if g.noisy
         and summarize(g.values_of(key)).count
         and summarize(g.values_of("privacy/feature_eps")).count
     ]

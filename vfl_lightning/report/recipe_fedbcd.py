@@ -11,13 +11,6 @@ from vfl_lightning.report.document import Context, Panel, Section, ordered
 from vfl_lightning.report.markdown import has, number, table
 from vfl_lightning.report.runs import Group
 
-SCHEDULES = {
-    "fedsgd": "FedSGD",
-    "fedbcd": "FedBCD-p",
-    "fedbcd_s": "FedBCD-s",
-    "fedpbcd": "FedPBCD-p",
-}
-
 
 def short_label(group: Group) -> Group:
     """The group labelled without its algo name (the panel names the schedule)."""
@@ -36,7 +29,7 @@ def fedbcd(ctx: Context) -> Section:
     groups = ordered(ctx.groups, "fedbcd")
     series: dict[str, list] = {}
     for group in groups:
-        name = SCHEDULES.get(group.algo, group.algo)
+        name = group.style("label", group.algo)
         series.setdefault(name, []).append(
             (group, "algo.local_steps", "rounds_to_target", "filled")
         )
@@ -58,9 +51,12 @@ def fedbcd(ctx: Context) -> Section:
         "rounds to target against Q per schedule (p: parallel, s: sequential, proximal); "
         "mean ± std over seeds, k/n: only k of n seeds reached the target",
     )
+    first: dict[str, Group] = {}
+    for group in groups:
+        first.setdefault(group.algo, group)
     facets = [
-        (SCHEDULES.get(algo, algo), [short_label(g) for g in groups if g.algo == algo])
-        for algo in dict.fromkeys(g.algo for g in groups)
+        (head.style("label", algo), [short_label(g) for g in groups if g.algo == algo])
+        for algo, head in first.items()
     ]
     reference = (target[1], f"target {target[1]:g}") if target[0] == metric else None
     section.add_figure(
@@ -85,7 +81,7 @@ def fedbcd(ctx: Context) -> Section:
         )
         rows.append(
             [
-                SCHEDULES.get(group.algo, group.algo),
+                group.style("label", group.algo),
                 number(group.runs[0].value("algo.local_steps"), 3),
                 number(group.runs[0].value("algo.mu"), 3),
                 len(group.runs),

@@ -31,10 +31,11 @@ def pbm(ctx: Context) -> Section:
     )
     prefix = final_prefix(ctx.runs)
     groups = ordered(ctx.groups, "pbm")
-    private = [g for g in groups if g.algo in ("pbm", "ldp")]
-    baselines = [g for g in groups if g.algo not in ("pbm", "ldp")]
+    private = [g for g in groups if g.noisy]
+    baselines = [g for g in groups if not g.noisy]
+    noisy_algos = list(dict.fromkeys(g.algo for g in private))
     series = {}
-    for algo in ("pbm", "ldp"):
+    for algo in noisy_algos:
         entries = []
         for group in (g for g in private if g.algo == algo):
             entries.append((group, "privacy/feature_eps", f"{prefix}/acc", "filled"))
@@ -57,7 +58,7 @@ def pbm(ctx: Context) -> Section:
         ),
         f"{prefix} accuracy against feature ε per mechanism (colour) and (b, β) (marker)",
     )
-    for algo in ("pbm", "ldp"):
+    for algo in noisy_algos:
         chosen = [g for g in private if g.algo == algo]
         if chosen:
             section.add_figure(
@@ -87,7 +88,7 @@ def pbm(ctx: Context) -> Section:
     rows = []
     for group in groups:
         run = group.runs[0]
-        noisy = group.algo in ("pbm", "ldp")
+        noisy = group.noisy
         rows.append(
             [
                 group.algo,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from vfl_lightning.report import figures
 from vfl_lightning.report.aggregate import summarize
-from vfl_lightning.report.document import BASELINES, FAMILIES, Context, Panel, Section
+from vfl_lightning.report.document import Context, Panel, Section
 from vfl_lightning.report.markdown import has, table
 from vfl_lightning.report.privacy import privacy
 from vfl_lightning.report.recipe_cascade import ATTACKS, cascade
@@ -16,17 +16,18 @@ from vfl_lightning.report.recipe_fedvs import fedvs
 from vfl_lightning.report.recipe_pbm import pbm
 from vfl_lightning.report.runs import ReportError, Run
 
+PRIORITY = ("fedvs", "fedbcd", "cascade", "pbm")
+"""The order in which the papers' recipes are chosen when runs of several are present."""
+
 
 def choose_recipe(runs: Sequence[Run]) -> str | None:
-    """The recipe for the algos present (FedVS, FedBCD, cascade, PBM in that priority)."""
-    algos = {run.algo for run in runs}
+    """The first recipe of :data:`PRIORITY` in which an algo present appears as more than a
+    shared baseline (its config's ``report.recipes``)."""
     if any(key in run.results for run in runs for key in ATTACKS):
         return "cascade"
-    for name in ("fedvs", "fedbcd", "cascade"):
-        if algos & (set(FAMILIES[name]) - BASELINES):
+    for name in PRIORITY:
+        if any(run.in_recipe(name, baselines=False) for run in runs):
             return name
-    if algos & {"pbm", "ldp"}:
-        return "pbm"
     return None
 
 
@@ -41,11 +42,11 @@ def check_recipe(recipe: str, runs: Sequence[Run]) -> None:
             )
         return
     algos = sorted({run.algo for run in runs})
-    if not set(algos) & set(FAMILIES[recipe]):
+    if not any(run.in_recipe(recipe) for run in runs):
         suggested = choose_recipe(runs)
         raise ReportError(
-            f"--recipe {recipe} needs runs of {', '.join(FAMILIES[recipe])}; these runs are "
-            f"{', '.join(algos)} (use --recipe {suggested or 'none'} or auto)"
+            f"--recipe {recipe} needs runs of an algo whose config lists it in report.recipes; "
+            f"these runs are {', '.join(algos)} (use --recipe {suggested or 'none'} or auto)"
         )
 
 

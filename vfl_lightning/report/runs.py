@@ -70,6 +70,19 @@ class Run:
     def algo(self) -> str:
         return str(self.results.get("algo"))
 
+    def style(self, key: str, default=None):
+        """How the report draws the run's algo, from the ``report`` node of its algo config
+        (``recipes``, ``order``, ``baseline``, ``label``, ``colormap``); ``default`` without it."""
+        value = self.setting(f"report.{key}")
+        return default if value is None else value
+
+    def in_recipe(self, recipe: str, *, baselines: bool = True) -> bool:
+        """Whether the run's algo appears in ``recipe`` (``baselines=False``: as more than a
+        shared baseline, whose presence alone does not choose a recipe)."""
+        if not baselines and self.style("baseline", False):
+            return False
+        return recipe in (self.style("recipes") or [])
+
     @property
     def wandb_group(self) -> str | None:
         """The W&B group the run was logged under (``wandb_run.json``, written by the W&B
@@ -208,6 +221,15 @@ class Group:
     @property
     def algo(self) -> str:
         return self.runs[0].algo
+
+    def style(self, key: str, default=None):
+        """:meth:`Run.style` of the group's runs (one algo)."""
+        return self.runs[0].style(key, default)
+
+    @property
+    def noisy(self) -> bool:
+        """Whether its runs report a finite feature ε (a mechanism with noise and its accountant)."""
+        return any(math.isfinite(v) for v in self.values_of("privacy/feature_eps"))
 
     def values_of(self, key: str) -> list[float]:
         return [run.value(key) for run in self.runs]

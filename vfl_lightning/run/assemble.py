@@ -10,8 +10,8 @@ from omegaconf import DictConfig
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.checkpoints import AtomicCheckpointIO
 from vfl_lightning.errors import ConfigError
-from vfl_lightning.run.runtimes import LocalRuntime, make_runtime
 from vfl_lightning.run.outcome import root_cause
+from vfl_lightning.run.runtimes import LocalRuntime, make_runtime
 
 
 def build(cfg: DictConfig, runtime: LocalRuntime | None = None):
