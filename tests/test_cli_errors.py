@@ -65,6 +65,7 @@ BATTERY = [
     (["seed=1.5"], r"^seed must be an integer in \[0, 2\^32 - 1\], got 1.5$"),
     (["torch_threads=-1"], r"^torch_threads must be an integer >= 1 or null, got -1$"),
     (["torch_threads=abc"], r"^torch_threads must be an integer >= 1 or null, got 'abc'$"),
+    (["lightning_speedups=maybe"], r"^lightning_speedups must be true or false, got 'maybe'$"),
     (
         ["trainer.precision=16-mixed"],
         r"^trainer.precision must be one of .*got '16-mixed' \(float16 AMP scales the loss",

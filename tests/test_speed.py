@@ -298,14 +298,34 @@ def test_plain_server_steps_equal_lightnings_route_bit_for_bit(make_cfg, algo):
         assert torch.equal(a, b)
 
 
+def test_lightning_speedups_switch_gives_the_same_parameters(make_cfg):
+    """``lightning_speedups=false`` runs Lightning's own functions (the fast paths are taken out),
+    ``true`` puts them in; the two runs end with bit-identical parameters and logged metrics."""
+    import lightning.pytorch.trainer.connectors.logger_connector.result as result
+
+    from vfl_lightning.train import train
+
+    digests, fast, metrics = [], [], []
+    for enabled in (False, True):
+        cfg = make_cfg("algo=pbm", "trainer.max_epochs=2", f"lightning_speedups={enabled}")
+        results = train(cfg)
+        digests.append(results["model_digest"])
+        metrics.append((results["train/loss_epoch"], results["val/acc"]))
+        fast.append(getattr(result._ResultMetric.to, "_vfl_fast_path", False))
+    assert fast == [False, True]
+    assert digests[0] == digests[1]
+    assert metrics[0] == metrics[1]
+
+
 def test_result_metric_same_device_fast_path_keeps_lightnings_values(monkeypatch):
     """``self.log`` on a metric already on the value's device skips Lightning's rebuild of the
     metric's ``__dict__`` (``lightning_speedups``), and the logged means stay Lightning's; a move
     to another device still takes Lightning's own code and moves every state tensor."""
     import lightning.pytorch.trainer.connectors.logger_connector.result as result
 
-    import vfl_lightning.algorithms.base  # noqa: F401  (installs the fast path)
+    from vfl_lightning import lightning_speedups
 
+    assert lightning_speedups.use(True)
     assert getattr(result._ResultMetric.to, "_vfl_fast_path", False)
     walks = []
     original_apply = result.apply_to_collection
@@ -338,8 +358,9 @@ def test_memoized_hook_signature_check_answers_as_lightning():
     from lightning.pytorch.loops import training_epoch_loop
     from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
 
-    import vfl_lightning.algorithms.base  # noqa: F401  (installs the fast path)
-    from vfl_lightning.lightning_speedups import memoized_signature_check
+    from vfl_lightning.lightning_speedups import memoized_signature_check, use
+
+    assert use(True)
 
     assert getattr(training_epoch_loop.is_param_in_hook_signature, "_vfl_fast_path", False)
 

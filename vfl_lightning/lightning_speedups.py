@@ -1,4 +1,6 @@
-"""Fast paths for two of Lightning's fixed per-call costs, installed when the library is used.
+"""Fast paths for two of Lightning's fixed per-call costs, behind one switch: the root config key
+``lightning_speedups`` (default true; ``false`` runs Lightning exactly as it is). Both paths give
+the same parameters (tests/test_speed.py).
 
 **Per ``self.log`` call.** Every ``self.log(name, value)`` ends in ``_ResultCollection.log``, which calls
 ``_ResultMetric.to(value.device)`` on the stored metric, also when it is already there. That
@@ -23,7 +25,7 @@ question's arguments. Other callables (a ``functools.partial``, an object with `
 asked afresh every time, as Lightning does.
 
 If Lightning's internals change so that a module or attribute is missing, that fast path is not
-installed.
+installed. :func:`use` installs both or puts Lightning's own functions back.
 """
 
 from __future__ import annotations
@@ -53,16 +55,42 @@ def _on_device(metric, device: torch.device) -> bool:
     return computed is None or (isinstance(computed, torch.Tensor) and computed.device == device)
 
 
-def install() -> bool:
-    """Install both fast paths (once); whether both are in place."""
+def _targets() -> list[tuple[object, str, object]] | None:
+    """(owner, attribute, fast-path maker) of both fast paths, or None without those modules."""
     try:
         from lightning.pytorch.loops import training_epoch_loop
         from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
     except ImportError:
+        return None
+    return [
+        (_ResultMetric, "to", same_device_to),
+        (training_epoch_loop, "is_param_in_hook_signature", memoized_signature_check),
+    ]
+
+
+def install() -> bool:
+    """Install both fast paths (once); whether both are in place."""
+    targets = _targets()
+    if targets is None:
         return False
-    return _replace_once(_ResultMetric, "to", same_device_to) & _replace_once(
-        training_epoch_loop, "is_param_in_hook_signature", memoized_signature_check
-    )
+    placed = [_replace_once(owner, name, make) for owner, name, make in targets]
+    return all(placed)
+
+
+def uninstall() -> None:
+    """Put Lightning's own functions back where a fast path is installed."""
+    for owner, name, _ in _targets() or []:
+        current = getattr(owner, name, None)
+        if getattr(current, _MARK, False):
+            setattr(owner, name, current.__wrapped__)
+
+
+def use(enabled: bool) -> bool:
+    """Install both fast paths (``enabled``) or run Lightning as it is; whether they are in place."""
+    if enabled:
+        return install()
+    uninstall()
+    return False
 
 
 def _replace_once(owner, name: str, make_fast_path) -> bool:

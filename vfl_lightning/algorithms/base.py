@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vfl_lightning import lightning_speedups
 from vfl_lightning.algorithms.epoch_metrics import EpochMetrics, make_clean_accuracy, make_metrics
 from vfl_lightning.algorithms.evaluation import EVAL_STAGES, Evaluation
 from vfl_lightning.algorithms.local_parties import LocalParties
@@ -29,8 +28,6 @@ from vfl_lightning.parallel import RowShares, rank_rows
 from vfl_lightning.wire import Network, SimulatedClock, Wire
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
-
-lightning_speedups.install()
 
 
 PRECISION_ALIASES = {"16": "16-mixed", "32": "32-true", "64": "64-true", "bf16": "bf16-mixed"}

@@ -26,6 +26,9 @@ def check_run_config(cfg: DictConfig) -> None:
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
     ):
         raise ConfigError(f"torch_threads must be an integer >= 1 or null, got {threads!r}")
+    speedups = cfg.get("lightning_speedups", True)
+    if not isinstance(speedups, bool):
+        raise ConfigError(f"lightning_speedups must be true or false, got {speedups!r}")
 
 
 def check_output_dir(output_dir: Path) -> None:

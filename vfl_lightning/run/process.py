@@ -1,5 +1,5 @@
 """Process hygiene around a run: the cyclic garbage collector kept off import-time objects, torch's
-thread count, Lightning's console noise and the global seed."""
+thread count, Lightning's console noise, Lightning's fast paths and the global seed."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
+from vfl_lightning import lightning_speedups
 from vfl_lightning.loggers import quiet_lightning
 
 _FROZEN = False
@@ -27,8 +28,10 @@ def freeze_import_time_objects() -> None:
 
 
 def prepare_process(cfg: DictConfig) -> None:
-    """``torch_threads``, Lightning's console kept quiet, and every global generator seeded."""
+    """``torch_threads``, Lightning's console kept quiet, its fast paths on or off
+    (``lightning_speedups``), and every global generator seeded."""
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
     quiet_lightning()
+    lightning_speedups.use(cfg.get("lightning_speedups", True))
     L.seed_everything(cfg.seed, workers=True, verbose=False)
