@@ -37,7 +37,10 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 from conftest import compose_config  # noqa: E402
 from step_overhead import Centralized  # noqa: E402
 
+from vfl_lightning import lightning_speedups  # noqa: E402
 from vfl_lightning.train import build  # noqa: E402
+
+lightning_speedups.use(True)  # as train() does by default (lightning_speedups=true)
 
 
 def client_pass(parties, head, head_opt, xs, y, table, mu, lr, generator) -> None:

@@ -38,7 +38,10 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 from conftest import compose_config  # noqa: E402
 
+from vfl_lightning import lightning_speedups  # noqa: E402
 from vfl_lightning.train import attach_ray_parties, build  # noqa: E402
+
+lightning_speedups.use(True)  # as train() does by default (lightning_speedups=true)
 
 
 class Echo:

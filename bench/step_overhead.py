@@ -28,8 +28,11 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 from conftest import compose_config  # noqa: E402
 
+from vfl_lightning import lightning_speedups  # noqa: E402
 from vfl_lightning.mechanisms import fuse_tensors  # noqa: E402
 from vfl_lightning.train import build  # noqa: E402
+
+lightning_speedups.use(True)  # as train() does by default (lightning_speedups=true)
 
 
 class Centralized(nn.Module):

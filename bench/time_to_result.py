@@ -60,7 +60,10 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = str(ROOT / "conf")
 
+from vfl_lightning import lightning_speedups  # noqa: E402
 from vfl_lightning.train import build, train  # noqa: E402
+
+lightning_speedups.use(True)  # as train() does by default (lightning_speedups=true)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_overhead import Centralized  # noqa: E402  (the same centralized model)
