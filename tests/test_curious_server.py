@@ -1,4 +1,4 @@
-"""A curious server (issue 22): from what it holds (the config with the seed, its checkpoint, its
+"""A curious server: from what it holds (the config with the seed, its checkpoint, its
 wire transcript) it cannot recompute a party's noise under private party seeds, cannot substitute
 a key, never sees repeated evaluation noise, and logs no clean accuracy under runtime=ray."""
 

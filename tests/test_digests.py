@@ -1,6 +1,6 @@
 """Model digests of reference 2-epoch runs (logger=none, seed 0): a refactor must reproduce every
-parameter bit for bit. Each run is checked twice: the digest it prints, and the parameter digest
-of the formula before issue 22 (the values these runs always printed until then)."""
+parameter bit for bit. Each run is checked twice: the digest it prints, and one digest over every
+named parameter of the local module."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ PARAMETER_DIGESTS = {
 }
 
 
-"""The formula before issue 22: one :func:`tensor_digest` over every named parameter (parties
-0..M-1 as ``parties.<m>.<name>``, the head, the server's own party model)."""
+"""One :func:`tensor_digest` over every named parameter (parties 0..M-1 as
+``parties.<m>.<name>``, the head, the server's own party model)."""
 
 REFERENCE_DIGESTS = {
     "algo=npq": "bfa284a4b9ca67939addc01052d2b57fb2db7c8927b61499c535825d7edb9273",
@@ -36,11 +36,11 @@ REFERENCE_DIGESTS = {
     "experiment=fedvs_digits": "b9b32aac359000952360d624f46b45d17b6d06df30cb555aa162aca55e63ee8e",
     "experiment=fedbcd_digits": "96d72a5ef466fa7ee4b1afcaeff4906cea8999ffe80d346ebe53b78be4353f6d",
 }
-"""``model_digest`` as printed since issue 22: SHA-256 over each holder's own parameter digest."""
+"""``model_digest`` as a run prints it: SHA-256 over each holder's own parameter digest."""
 
 
 class ParameterDigest(Callback):
-    """Records the pre-issue-22 parameter digest of a local run's module at the end of fit."""
+    """Records the digest over every named parameter of a local run's module at the end of fit."""
 
     value: str | None = None
 

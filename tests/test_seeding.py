@@ -1,5 +1,5 @@
-"""derive_seed: every derived generator seed, each stream's recipe exactly as before seeds were
-derived in one place (so digests hold), distinct streams per party, bad arguments refused."""
+"""derive_seed: every derived generator seed, each stream's recipe pinned (so digests hold),
+distinct streams per party, bad arguments refused."""
 
 from __future__ import annotations
 

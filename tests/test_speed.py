@@ -130,7 +130,7 @@ def test_one_foreach_step_is_bit_identical_to_separate_steps(settings):
     for a, b in zip(separate, together, strict=True):
         for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
             assert torch.equal(pa, pb)
-    for a, b in zip(opts_a, opts_b, strict=True):  # one optimizer state per party, as before
+    for a, b in zip(opts_a, opts_b, strict=True):  # one optimizer state per party
         sa, sb = a.state_dict(), b.state_dict()
         assert sa["param_groups"] == sb["param_groups"]
         assert sa["state"].keys() == sb["state"].keys()

@@ -95,7 +95,7 @@ def use(enabled: bool) -> bool:
 
 def _replace_once(owner, name: str, make_fast_path) -> bool:
     """Replace ``owner.name`` by ``make_fast_path(original)`` unless already done; whether a
-    fast path is in place (False when Lightning no longer has that attribute)."""
+    fast path is in place (False when Lightning lacks that attribute)."""
     original = getattr(owner, name, None)
     if original is None:
         return False

@@ -47,7 +47,7 @@ def step_together(optimizers: Sequence[torch.optim.Optimizer]) -> bool:
     The foreach kernels apply the same per-element operations as M single-tensor steps
     (p -= lr (g + momentum buffer terms), the buffer created as a copy of the first gradient), so
     the parameters are bit-identical; each optimizer's momentum buffers stay in its own ``state``,
-    so checkpoints hold one optimizer state per party as before.
+    so checkpoints hold one optimizer state per party.
     """
     settings = plain_sgd_settings(optimizers)
     if settings is None:

@@ -18,7 +18,7 @@ from vfl_lightning.optim import scale_lr, zero_together
 
 
 class LocalParties(Parties):
-    """Today's in-process simulation: the module's own party models and Lightning optimizers,
+    """The in-process simulation: the module's own party models and Lightning optimizers,
     one autograd pass for every party's backward (:meth:`VFLModule.backward_parties`)."""
 
     name = "local"
@@ -83,7 +83,7 @@ class LocalParties(Parties):
 
     def client_messages(self, clients, xs, idx, *, zoo):
         """Local: in the order of ``clients``, each computed when asked for; ZOO directions come
-        from the module's training generator (one stream for every client, as before Ray)."""
+        from the module's training generator (one stream for every client)."""
         self._zoo = zoo
         for m in clients:
             party = self.module.parties[m]
