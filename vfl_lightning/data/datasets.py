@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from vfl_lightning.data import images, tables
-from vfl_lightning.data.raw import RawDataset
+from vfl_lightning.data.raw import RawDataset, named_or_imported
 
 
 def load_digits(data_dir: str | None = None) -> RawDataset:
@@ -74,7 +74,6 @@ LOADERS: dict[str, Callable[..., RawDataset]] = {
 
 
 def load_dataset(name: str, data_dir: str | None = None, **options) -> RawDataset:
-    """Load the dataset called ``name`` (a key of :data:`LOADERS`)."""
-    if name not in LOADERS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(LOADERS)}")
-    return LOADERS[name](data_dir, **options)
+    """Load the dataset called ``name``: a key of :data:`LOADERS`, or the dotted path of a loader
+    ``(data_dir, **options) -> RawDataset`` outside the library."""
+    return named_or_imported(name, LOADERS, "dataset")(data_dir, **options)

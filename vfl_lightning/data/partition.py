@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vfl_lightning.data.raw import named_or_imported
+
 
 @dataclass(frozen=True)
 class PartySlice:
@@ -246,16 +248,17 @@ def make_partition(
     x_train: np.ndarray | None = None,
     y_train: np.ndarray | None = None,
 ) -> list[PartySlice]:
-    """Build the partition ``kind`` (one of :data:`PARTITIONS`) for ``num_parties`` parties.
+    """Build the partition ``kind`` for ``num_parties`` parties: one of :data:`PARTITIONS`, or
+    the dotted path of a function ``(feature_shape, num_parties) -> list[PartySlice]`` outside
+    the library.
 
     ``x_train``/``y_train`` (training rows only) are needed by ``importance``.
     """
-    if kind not in PARTITIONS:
-        raise ValueError(f"unknown partition {kind!r}; choose one of {sorted(PARTITIONS)}")
+    partition = named_or_imported(kind, PARTITIONS, "partition")
     if kind == "explicit":
         return explicit(feature_shape, num_parties, columns)
     if kind == "views":
         return views(feature_shape, num_parties, view_sizes)
     if kind == "importance":
         return importance(feature_shape, num_parties, x_train, y_train)
-    return PARTITIONS[kind](feature_shape, num_parties)
+    return partition(feature_shape, num_parties)

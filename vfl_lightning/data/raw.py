@@ -5,6 +5,8 @@ Plain numpy; every loader module (datasets, images, tables) builds these.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,4 +57,21 @@ def binary_view(raw: RawDataset) -> RawDataset:
         view_sizes=raw.view_sizes,
         is_image=raw.is_image,
         meta={**raw.meta, "binary_from_classes": raw.num_classes},
+    )
+
+
+def named_or_imported(name: str, known: dict[str, Callable], key: str) -> Callable:
+    """``known[name]``, or the function a dotted ``name`` (``package.module.function``) imports:
+    a dataset loader or a partition outside the library (config ``key`` for the message)."""
+    if name in known:
+        return known[name]
+    module, _, attribute = str(name).rpartition(".")
+    if module:
+        try:
+            return getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as error:
+            raise ValueError(f"{key}={name} cannot be imported: {error}") from None
+    raise ValueError(
+        f"unknown {key} {name!r}; choose one of {sorted(known)} or a dotted path "
+        "package.module.function"
     )
