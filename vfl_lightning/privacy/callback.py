@@ -1,4 +1,5 @@
-"""Lightning callback that runs the privacy accountant during training (algo=pbm, algo=ldp).
+"""Lightning callback that runs the privacy accountant during training (a mechanism with an
+``accounting``: PBM, LDP).
 
 Logs privacy/feature_eps, privacy/sample_eps, the optimal α and the evaluation releases'
 privacy/eval_feature_eps each epoch; saved in checkpoints.
