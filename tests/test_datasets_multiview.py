@@ -294,6 +294,9 @@ def test_mimic3_official_split_variables_as_views_imputed_with_training_means(tm
     heart_min = MIMIC_CHANNELS.index("Heart Rate") * 42
     np.testing.assert_allclose(raw.x[:, heart_min], [80, 100, 60])
     assert not np.isnan(raw.x).any()
+    write_mimic(folder, "test", {"3_episode1_timeseries.csv": (0, 60)})  # a relabelled copy
+    np.testing.assert_array_equal(load_dataset("mimic3", str(tmp_path)).y, [0, 1, 0])
+    assert len(list(folder.glob("in-hospital-mortality_features_*.npz"))) == 2
     dm = VerticalDataModule("mimic3", 5, "views", data_dir=str(tmp_path), val_fraction=0.0)
     assert [s[0] for s in dm.party_shapes] == [168, 168, 126, 126, 126]
 

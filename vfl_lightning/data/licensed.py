@@ -66,11 +66,14 @@ MIMIC_SUBPERIODS += (("last", 10), ("last", 25), ("last", 50))
 MIMIC_STATISTICS = ("min", "max", "mean", "std", "skew", "count")
 
 
-def listing_digest(paths: list[Path], root: Path) -> str:
-    """SHA-256 of the sorted relative paths and sizes of ``paths`` (names a copy's cache)."""
+def listing_digest(paths: list[Path], root: Path, read: tuple[Path, ...] = ()) -> str:
+    """SHA-256 of the sorted relative paths and sizes of ``paths`` and of the contents of the small
+    files ``read`` (names a copy's cache)."""
     digest = hashlib.sha256()
     for path in sorted(paths):
         digest.update(f"{path.relative_to(root)}\t{path.stat().st_size}\n".encode())
+    for path in read:
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
@@ -220,7 +223,8 @@ def load_mimic3(data_dir: str | None = None) -> RawDataset:
     absent = [p for p in paths if not p.exists()]
     if absent:
         raise _mimic_missing(folder, f"{len(absent)} listed stays are missing, e.g. {absent[0]}")
-    digest = listing_digest(paths, folder)[:16]
+    listfiles = tuple(folder / MIMIC_TASK / stage / "listfile.csv" for stage in stays)
+    digest = listing_digest(paths, folder, read=listfiles)[:16]
 
     def build() -> dict[str, np.ndarray]:
         x = np.stack([episode_features(p.read_text(), str(p)) for p in paths])
