@@ -105,7 +105,7 @@ def measure(args, parties: int, grouped: bool | None, out: Path) -> tuple[float,
             args, cfg, module.parties, module.head, module.mechanism.fusion, datamodule
         )
         return central, central
-    if grouped and module.grouped_parties is None:
+    if grouped and module.party_side.grouped is None:
         raise RuntimeError(f"M={parties}: parties are not groupable, nothing to compare")
     protocol_s: list[float] = []
     protocol_step = module.protocol_step

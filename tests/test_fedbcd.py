@@ -75,19 +75,14 @@ def test_one_exchange_per_q_iterations_and_no_message_in_between(make_cfg, algo)
         sent.append((module.trainer.global_step, direction, party))
         return original_send(direction, party, payload, **kwargs)
 
-    def counting_step(optimizer):
-        party_steps.append(module.trainer.global_step)
-        optimizer.optimizer.step()
+    original_step = module.party_side.step
 
-    original_step_parties = module.step_parties
-
-    def counting_steps(optimizers):  # all parties in one foreach update: one step each
-        party_steps.extend(module.trainer.global_step for _ in optimizers)
-        original_step_parties(optimizers)
+    def counting_steps():  # all parties in one foreach update: one step each
+        party_steps.extend(module.trainer.global_step for _ in range(module.num_parties))
+        original_step()
 
     module.wire.send = recording_send
-    module.step_party = counting_step
-    module.step_parties = counting_steps
+    module.party_side.step = counting_steps
     trainer = _fit_module(cfg, datamodule, module)
 
     parties = module.num_parties

@@ -161,7 +161,7 @@ def test_grouped_training_equals_the_loop(make_cfg):
     common = ("algo=npq", "trainer.max_epochs=1", "trainer.limit_train_batches=15")
     _, grouped, _ = fit(make_cfg(*common))
     _, loop, _ = fit(make_cfg(*common, "+algo.batch_parties=false"))
-    assert grouped.grouped_parties is not None and loop.grouped_parties is None
+    assert grouped.party_side.grouped is not None and loop.party_side.grouped is None
     for a, b in zip(grouped.parameters(), loop.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 

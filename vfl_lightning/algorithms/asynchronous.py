@@ -319,7 +319,7 @@ class HybridVFL(VFLModule):
         """Step 3, server: backprop on the head (dL/dc to each FOO client in ``active``) or its own
         ZOO estimate; the server optimizer steps. Returns (loss, logits). The clients step with
         what they received (:meth:`Parties.answer_client`)."""
-        _, server_opt = self.split_optimizers()
+        server_opt = self.server_optimizer()
         self.zero_server(server_opt)
         first_order = [m for m in active if m not in received]
         if self.server_update == "foo":

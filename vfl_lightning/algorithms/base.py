@@ -18,12 +18,16 @@ from torch import nn
 from vfl_lightning.algorithms.epoch_metrics import EpochMetrics, make_clean_accuracy, make_metrics
 from vfl_lightning.algorithms.evaluation import EVAL_STAGES, Evaluation
 from vfl_lightning.algorithms.local_parties import LocalParties
-from vfl_lightning.algorithms.parties import Parties, combined_digest, tensor_digest
+from vfl_lightning.algorithms.parties import (
+    Parties,
+    ServerStreams,
+    combined_digest,
+    tensor_digest,
+)
 from vfl_lightning.algorithms.steps import ProtocolSteps
 from vfl_lightning.algorithms.watchdog import NonFiniteWatch
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.mechanisms.base import Mechanism, join_own_embedding
-from vfl_lightning.models.batched import GroupedParties, groupable
 from vfl_lightning.parallel import RowShares, rank_rows
 from vfl_lightning.wire import Network, SimulatedClock, Wire
 
@@ -46,18 +50,23 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     (:meth:`server_fuse`) without crossing the wire; the server optimizer steps it with the head.
     Protocols that handle it set ``SUPPORTS_ACTIVE_PARTY``.
 
+    The parties are reached through ``self.party_side`` (:attr:`PARTY_INTERFACE`): by default
+    :class:`~vfl_lightning.algorithms.local_parties.LocalParties`, which holds the party models
+    (``self.parties``, submodules of this module), their optimizers and generators, and updates
+    them; :meth:`attach_parties` replaces it by another transport (Ray actors).
+
     Data parallelism (``trainer=ddp``, protocols with ``DATA_PARALLEL``): ``self.rows`` says which
-    rows of every global batch this rank's parties embed; :meth:`embed` gathers the embeddings of
-    all ranks, so the server side runs on the global batch, and :meth:`backward_parties` sums the
-    party gradients across ranks (:class:`~vfl_lightning.parallel.RowShares`).
+    rows of every global batch this rank's parties embed (the local parties gather the
+    embeddings of all ranks, so the server side runs on the global batch, and sum the party
+    gradients across ranks, :class:`~vfl_lightning.parallel.RowShares`); the server's gradient is
+    rank 0's.
 
     ``party_widths``: the parties' embedding widths when ``parties`` is empty because the parties
     build their own models elsewhere (``runtime=ray``); default: each party model's.
 
-    ``batch_parties`` (default true): parties of one fully connected architecture and input
-    shape are evaluated as one grouped computation (:class:`~vfl_lightning.models.batched.GroupedParties`);
-    they stay separate modules with separate optimizers and checkpoint keys. Uneven parties, or
-    other party models, run in a loop.
+    ``batch_parties`` (default true): the local parties of one fully connected architecture and
+    input shape are evaluated as one grouped computation
+    (:class:`~vfl_lightning.models.batched.GroupedParties`).
     """
 
     # Capabilities: what callbacks, checks and the report ask of a protocol, declared here and
@@ -125,9 +134,6 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         if party_widths is None:
             party_widths = [p.embedding_dim for p in self.parties]
         self.widths = [int(width) for width in party_widths]
-        grouped = bool(batch_parties) and groupable(self.parties)
-        self.grouped_parties = GroupedParties(self.parties) if grouped else None
-        self._last_grouped: tuple[torch.Tensor | None, tuple[torch.Tensor, ...]] = (None, ())
         self._num_parties = len(self.widths)
         clock = SimulatedClock(network, self._num_parties, self.seed)
         self.wire = Wire(self._num_parties, clock, transcript_size)
@@ -137,9 +143,7 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         self.clean_metrics = nn.ModuleDict(
             {stage: make_clean_accuracy(self.num_classes, stage) for stage in EVAL_STAGES}
         )
-        self._generators: dict[str, torch.Generator] = {}
-        self._pending_generator_state: torch.Tensor | None = None
-        self._eval_releases: dict[str, int] = {}
+        self.streams = ServerStreams(self.seed)
         self._epoch_aggregates: dict[str, tuple[list, list[float], str]] = {}
         self._epoch_predictions: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._epoch_metrics_logged = False
@@ -149,7 +153,9 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         self._unchecked_losses: list[tuple[torch.Tensor, int]] = []
         self._first_bad_round: int | None = None
         self.run_config: dict | None = None
-        self.party_side: Parties = LocalParties(self)
+        self.party_side: Parties = LocalParties(
+            self.parties, mechanism, self.seed, self.streams, batch_parties=batch_parties
+        )
         self._plain_server_steps = False
 
     def attach_parties(self, party_side: Parties) -> None:
@@ -197,6 +203,7 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     def setup(self, stage: str) -> None:
         self.check_precision(str(self.trainer.precision))
         self.rows = self.data_parallel_rows()
+        self.party_side.use_rows(self.rows)
 
     def data_parallel_rows(self) -> RowShares:
         """This rank's :class:`RowShares` (:func:`~vfl_lightning.parallel.rank_rows`: refused for
@@ -223,26 +230,6 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         )
 
     # ----------------------------------------------------------------- forward
-    def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Each party's embedding of its slice: h_m = party_m(x_m) (not the server's own slice).
-
-        Homogeneous parties (``batch_parties`` and :func:`~vfl_lightning.models.batched.groupable`)
-        run as one grouped computation; the embeddings are then views of one (M, B, P) tensor
-        (each with its own gradient path to its own party's parameters).
-        Data-parallel: each rank's parties embed the rank's rows, and the result is gathered into
-        the global batch (gradients flow back to the rank's own rows).
-        """
-        wire_xs = xs[:-1] if self.server_party is not None else xs
-        shares = self.rows.take(wire_xs)
-        if self.grouped_parties is not None and len({x.shape[0] for x in shares}) == 1:
-            stacked = self.grouped_parties(shares)
-            local = list(stacked.unbind(0))
-            if stacked.requires_grad:
-                self._last_grouped = (stacked, tuple(local))
-        else:
-            local = [party(x) for party, x in zip(self.parties, shares, strict=True)]
-        return self.rows.gather(local, int(wire_xs[0].shape[0]))
-
     def own_embedding(self, xs: Sequence[torch.Tensor]) -> torch.Tensor | None:
         """The active server's fresh embedding of its own (last) slice, or ``None``."""
         return None if self.server_party is None else self.server_party(xs[-1])
@@ -280,11 +267,10 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
 
     # ----------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        train_gen = self._generators.get("train")
         checkpoint["vfl"] = {
             "wire": self.wire.state_dict(),
             "mechanism": self.mechanism.state_dict(),
-            "train_generator": None if train_gen is None else train_gen.get_state(),
+            "train_generator": self.streams.state(),
             "torch_rng": torch.get_rng_state(),
             "config": self.run_config,
             "parties": self.party_side.state_dict(),
@@ -296,8 +282,7 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
             raise ValueError("checkpoint has no 'vfl' state: it was not written by vfl_lightning")
         self.wire.load_state_dict(state["wire"])
         self.mechanism.load_state_dict(state["mechanism"])
-        self._generators.pop("train", None)
-        self._pending_generator_state = state["train_generator"]
+        self.streams.load(state["train_generator"])
         torch.set_rng_state(state["torch_rng"])
         if "parties" in state:
             self.party_side.load_state_dict(state["parties"])

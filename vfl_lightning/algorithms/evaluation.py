@@ -9,32 +9,20 @@ import lightning as L
 import torch
 
 from vfl_lightning.mechanisms.base import fuse_tensors
-from vfl_lightning.seeding import seeded_generator
 
 EVAL_STAGES = ("val", "test")
 
 
 class Evaluation(L.LightningModule):
     """Validation and test of :class:`~vfl_lightning.algorithms.base.VFLModule` (its state:
-    ``mechanism``, ``party_side``, ``head``, the metrics and generators, set in its ``__init__``)."""
+    ``mechanism``, ``party_side``, ``head``, the metrics and ``streams``, set in its ``__init__``)."""
 
     # ----------------------------------------------------------------- randomness
     def generator(self, stage: str) -> torch.Generator:
-        """The seeded generator of ``stage`` on this module's device.
-
-        The training stream is saved in checkpoints; an evaluation stream starts afresh at every
-        evaluation, from a seed of its first release round (unique in the run), so evaluation
-        never shifts training randomness and never repeats its noise.
-        """
-        gen = self._generators.get(stage)
-        if gen is None or gen.device != self.device:
-            release = self._eval_releases.get(stage)
-            gen = seeded_generator(self.seed, "server", stage, device=self.device, release=release)
-            if stage == "train" and self._pending_generator_state is not None:
-                gen.set_state(self._pending_generator_state)
-                self._pending_generator_state = None
-            self._generators[stage] = gen
-        return gen
+        """The server's seeded generator of ``stage`` on this module's device
+        (:class:`~vfl_lightning.algorithms.parties.ServerStreams`: ``train`` continues across
+        checkpoints, an evaluation stream starts afresh at every evaluation)."""
+        return self.streams.get(stage, self.device)
 
     def _start_evaluation(self, stage: str) -> None:
         """Reset the stage's metrics; every generator of the stage (the module's, each party's)
@@ -45,8 +33,7 @@ class Evaluation(L.LightningModule):
             metrics.reset()
         stream = self.release_stream(stage)
         release = self.mechanism.begin_evaluation(stream, self.wire.ledger.rounds)
-        self._eval_releases[stage] = release
-        self._generators.pop(stage, None)
+        self.streams.restart(stage, release)
         self.party_side.restart_stream(stage, release)
 
     def on_validation_epoch_start(self) -> None:
@@ -86,9 +73,10 @@ class Evaluation(L.LightningModule):
         """
         if not (self.mechanism.noisy and self.mechanism.apply_at_eval):
             return None
-        if not self.party_side.in_server_process:
+        clean = self.party_side.clean_embeddings(xs)
+        if clean is None:
             return None
-        fused = fuse_tensors(self.embed(xs), self.mechanism.fusion)
+        fused = fuse_tensors(clean, self.mechanism.fusion)
         return self.server_fuse(fused, self.own_embedding(xs))
 
     def _eval_step(self, batch, stage: str) -> None:

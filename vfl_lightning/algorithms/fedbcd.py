@@ -104,7 +104,7 @@ class FedBCD(SyncVFL):
         if self.lr_schedule == "constant":
             return
         factor = lr_factor(self.lr_schedule, self.wire.ledger.rounds, self.num_feature_parties)
-        _, server_opt = self.split_optimizers()
+        server_opt = self.server_optimizer()
         self.party_side.set_lr_factor(factor)
         scale_lr(server_opt.optimizer, factor)
 
@@ -144,7 +144,7 @@ class FedBCD(SyncVFL):
     # ------------------------------------------------------------- rounds
     def parallel_round(self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor):
         """FedBCD-p (Algorithm 1): the exchange iteration, then Q − 1 local iterations."""
-        _, server_opt = self.split_optimizers()
+        server_opt = self.server_optimizer()
         anchors = self.proximal_anchors()
         exchanged = self.exchange_round(xs, y, idx)
         for _ in range(self.local_steps - 1):
@@ -154,7 +154,7 @@ class FedBCD(SyncVFL):
 
     def sequential_round(self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor):
         """FedBCD-s (Fig. 1b): embeddings up; Q server steps; gradients down; Q party steps."""
-        _, server_opt = self.split_optimizers()
+        server_opt = self.server_optimizer()
         received = self.send_embeddings(xs, idx)
         fused = self.mechanism.fuse(received).detach()
         loss, logits = self.local_server_step(server_opt, fused, xs, y, None)

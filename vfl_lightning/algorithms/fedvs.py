@@ -127,7 +127,15 @@ class FedVSFamily(VFLModule):
         self.per_segment_batch = 0
         self.costs: FedVSCosts | None = None
         self.responder_counts = [0] * self.num_parties
-        self.party_side: FedVSParties = LocalFedVSParties(self)
+        self.party_side: FedVSParties = LocalFedVSParties(
+            self.parties,
+            mechanism,
+            self.seed,
+            self.streams,
+            codec=self.codec,
+            dp=dp,
+            weight_bound=weight_bound,
+        )
         self.party_side.project_weights()
 
     def transport_options(self) -> dict:
@@ -178,7 +186,7 @@ class FedVSFamily(VFLModule):
     def share_data(self) -> None:
         """Algorithm 1 lines 1-10, once; charged to the ledger and the clock on a fresh run only
         (a resumed run shares the same data shares again: the checkpoint does not carry them)."""
-        bits = self.party_side.share_data()
+        bits = self.party_side.share_data(self.trainer.datamodule.splits["train"].xs)
         if self.data_shared:
             return
         for n, share_bits in enumerate(bits):
@@ -243,7 +251,7 @@ class FedVSFamily(VFLModule):
 
     def fedvs_round(self, xs, y, idx):
         """Algorithm 1 lines 11-35 for one batch; returns (loss, logits)."""
-        _, server_opt = self.split_optimizers()
+        server_opt = self.server_optimizer()
         # when each coded embedding arrives on the simulated clock (lines 21-27)
         share_delays, upload_delays = self._draw_delays()
         timing = self._fedvs_timing(share_delays, upload_delays)
@@ -293,7 +301,7 @@ class FedVSFamily(VFLModule):
 
     def baseline_round(self, xs, y, idx):
         """Wait / Ignore / Wait-DP: plain embeddings of the clients the server waits for."""
-        _, server_opt = self.split_optimizers()
+        server_opt = self.server_optimizer()
         share_delays, upload_delays = self._draw_delays()
         deadline = None
         if self.strategy == "ignore":

@@ -1,5 +1,6 @@
 """What FedVS (Algorithm 1) asks of its clients beyond :class:`Parties`, and the local
-implementation: the module's own polynomial networks and the codec's vectorized all-client code."""
+implementation: the clients' polynomial networks in this process and the codec's vectorized
+all-client code."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from vfl_lightning.algorithms.local_parties import LocalParties
-from vfl_lightning.algorithms.party_updates import PartyOptimization, cut_layer_update
+from vfl_lightning.algorithms.local_parties import LocalParties, step_one
+from vfl_lightning.algorithms.party_updates import (
+    PartyOptimization,
+    cut_layer_update,
+    plain_backward,
+)
 from vfl_lightning.seeding import seeded_generator
 
 
@@ -28,10 +33,12 @@ class FedVSParties(ABC):
         """F_n: the number of power features (X^1..X^D, 1) of each client (public sizes)."""
 
     @abstractmethod
-    def share_data(self) -> list[int]:
+    def share_data(self, train_xs: Sequence[torch.Tensor] = ()) -> list[int]:
         """Lines 1-10, once: the overflow pre-check (one clear error when a decoded sum could
         wrap), then every client sends every other client one share of its quantized power
-        features. Returns each client's size of one share in bits."""
+        features. ``train_xs``: the training split's columns the server's process holds (every
+        client's in the local simulation, none where the clients hold their own). Returns each
+        client's size of one share in bits."""
 
     @abstractmethod
     def share_models(self, share_delays: np.ndarray) -> list[int]:
@@ -92,87 +99,90 @@ class FedVSParties(ABC):
 
 
 class LocalFedVSParties(LocalParties, FedVSParties):
-    """The clients in this process: the module's party models and Lightning optimizers, and the
-    module's :class:`~vfl_lightning.mechanisms.fedvs.FedVSCodec`, which holds every client's
-    shares and runs every client's step of a phase as one vectorized call."""
+    """The clients in this process: their polynomial networks (the protocol's submodules) and
+    optimizers, and the public :class:`~vfl_lightning.mechanisms.fedvs.FedVSCodec`, which holds
+    every client's shares and runs every client's step of a phase as one vectorized call.
+    ``dp``: Wait-DP's noise, which each client adds to what it sends; ``weight_bound``: the
+    projection after every update."""
 
-    def __init__(self, module) -> None:
-        super().__init__(module)
+    def __init__(
+        self,
+        models,
+        mechanism,
+        seed: int,
+        streams,
+        *,
+        codec,
+        dp=None,
+        weight_bound: float,
+        batch_parties: bool = True,
+    ) -> None:
+        super().__init__(models, mechanism, seed, streams, batch_parties=batch_parties)
+        self.seed = int(seed)
+        self.codec, self.dp, self.weight_bound = codec, dp, float(weight_bound)
         self._plain_outputs: list[torch.Tensor] = []
 
     def power_feature_counts(self):
-        return [p.num_power_features for p in self.module.parties]
+        return [p.num_power_features for p in self.models]
 
-    def share_data(self):
-        module = self.module
-        train_xs = [x.to(module.device) for x in module.trainer.datamodule.splits["train"].xs]
-        module.codec.check(train_xs, [p.degree for p in module.parties])
-        generator = seeded_generator(module.seed, "simulation", "fedvs_data", device=module.device)
+    def share_data(self, train_xs=()):
+        device = self.device
+        xs = [x.to(device) for x in list(train_xs)[: len(self.models)]]
+        self.codec.check(xs, [p.degree for p in self.models])
+        generator = seeded_generator(self.seed, "simulation", "fedvs_data", device=device)
         with torch.no_grad():
-            features = [p.power_features(x) for p, x in zip(module.parties, train_xs, strict=True)]
-        return module.codec.share_data(features, generator=generator)
+            features = [p.power_features(x) for p, x in zip(self.models, xs, strict=True)]
+        return self.codec.share_data(features, generator=generator)
 
     def share_models(self, share_delays):
-        module = self.module
-        return module.codec.share_models(
-            [p.weight for p in module.parties], generator=module.generator("train")
+        return self.codec.share_models(
+            [p.weight for p in self.models], generator=self.streams.get("train", self.device)
         )
 
     def coded_embeddings(self, positions, upload_delays, modelled):
         responders = list(modelled)
-        return responders, self.module.codec.coded_embeddings(positions, clients=responders)
+        return responders, self.codec.coded_embeddings(positions, clients=responders)
 
     def update(self, xs, idx, gradient):
-        module = self.module
-        party_opts, _ = module.split_optimizers()
-        N = module.num_parties
-        embeddings = module.embed(xs)
-        cut_layer_update(
-            module.party_optimization(party_opts),
-            embeddings,
-            [gradient / N] * N,
-            models=module.parties,
-        )
+        N = len(self.models)
+        embeddings = self.embed(xs)
+        cut_layer_update(self.optimization, embeddings, [gradient / N] * N, models=self.models)
         self.project_weights()
 
     def plain_round(self, xs, idx, upload_delays, modelled, deadline_s):
-        module = self.module
         used = sorted(modelled)
-        outputs = [module.parties[n](xs[n]) for n in used]
-        if module.dp is not None:
-            gen = module.generator("train")
-            outputs = [module.dp(h, gen) for h in outputs]
+        outputs = [self.models[n](xs[n]) for n in used]
+        if self.dp is not None:
+            gen = self.streams.get("train", self.device)
+            outputs = [self.dp(h, gen) for h in outputs]
         self._plain_outputs = outputs
         return used, [h.detach() for h in outputs]
 
     def update_plain(self, used, gradient):
-        module = self.module
-        party_opts, _ = module.split_optimizers()
         for n, h in zip(used, self._plain_outputs, strict=True):
+            optimizer = self.optimizers[n]
             optimization = PartyOptimization(
-                zero=party_opts[n].zero_grad,
-                backward=lambda hs, gs: module.manual_backward(hs[0], gradient=gs[0]),
-                step=lambda opt=party_opts[n]: module.step_party(opt),
+                zero=optimizer.zero_grad,
+                backward=plain_backward,
+                step=lambda optimizer=optimizer: step_one(optimizer),
             )
-            cut_layer_update(optimization, [h], [gradient / len(used)], models=[module.parties[n]])
+            cut_layer_update(optimization, [h], [gradient / len(used)], models=[self.models[n]])
         self._plain_outputs = []
         self.project_weights()
 
     def eval_embeddings(self, xs, idx, stage):
-        module = self.module
         embeddings = self.send(xs, idx, stage=stage, round=None)
-        if module.dp is not None and module.dp.at_eval:
-            gen = module.generator(stage)
-            embeddings = [module.dp(h, gen) for h in embeddings]
+        if self.dp is not None and self.dp.at_eval:
+            gen = self.streams.get(stage, self.device)
+            embeddings = [self.dp(h, gen) for h in embeddings]
         return embeddings
 
     def clean_embeddings(self, xs):
         """The simulation holds every client's model: the clean embeddings are at hand."""
-        return self.module.embed(xs)
+        return self.embed(xs)
 
     def project_weights(self) -> None:
         """|w| <= ``weight_bound`` for every client model (Assumption 4)."""
-        bound = self.module.weight_bound
         with torch.no_grad():
-            for party in self.module.parties:
-                party.weight.clamp_(-bound, bound)
+            for party in self.models:
+                party.weight.clamp_(-self.weight_bound, self.weight_bound)

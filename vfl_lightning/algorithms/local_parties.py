@@ -1,31 +1,71 @@
-"""The parties in the server's process (``runtime=local``): the module's own party models and
-Lightning optimizers, every party's backward in one autograd pass."""
+"""The parties in the server's process (``runtime=local``): each party's model (a submodule of the
+protocol's LightningModule), optimizer and generators, held and updated here; every party's
+backward in one autograd pass, every party's step as one foreach update."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 
-from vfl_lightning.algorithms.parties import Parties, PartyGenerators, tensor_digest
+from vfl_lightning.algorithms.parties import (
+    Parties,
+    PartyGenerators,
+    ServerStreams,
+    tensor_digest,
+)
 from vfl_lightning.algorithms.party_updates import (
     PartyOptimization,
     client_update,
     cut_layer_update,
 )
 from vfl_lightning.algorithms.zoo import ZooQuery, ZooSettings, client_query
-from vfl_lightning.optim import scale_lr, zero_together
+from vfl_lightning.models.batched import GroupedParties, groupable
+from vfl_lightning.optim import scale_lr, step_together, zero_together
+from vfl_lightning.parallel.rows import RowShares
 
 
 class LocalParties(Parties):
-    """The in-process simulation: the module's own party models and Lightning optimizers,
-    one autograd pass for every party's backward (:meth:`VFLModule.backward_parties`)."""
+    """The in-process simulation of the parties: ``models`` (party m's model at m; the protocol
+    keeps them as its submodules, so Lightning moves and checkpoints them), their optimizers
+    (:meth:`make_optimizers`, which the trainer checkpoints), their generators and what each
+    party keeps between a message and its update. Party m reads slice m of a batch (an active
+    server's own slice, the last, is never read here).
+
+    ``batch_parties``: parties of one fully connected architecture and input shape are evaluated
+    as one grouped computation (:class:`~vfl_lightning.models.batched.GroupedParties`); they stay
+    separate modules with separate optimizers and checkpoint keys. Data parallelism
+    (:meth:`use_rows`): each rank's parties embed the rank's rows, the embeddings are gathered
+    into the global batch, and the party gradients are summed across ranks before any step.
+    ``streams``: the server's generators, shared by the simulation (:class:`ServerStreams`).
+    """
 
     name = "local"
 
-    def __init__(self, module) -> None:
-        self.module = module
-        self.generators = [PartyGenerators(module.seed, m) for m in range(module.num_parties)]
+    def __init__(
+        self,
+        models: nn.ModuleList,
+        mechanism,
+        seed: int,
+        streams: ServerStreams,
+        *,
+        batch_parties: bool = True,
+    ) -> None:
+        self.models = models
+        self.mechanism = mechanism
+        self.streams = streams
+        self.generators = [PartyGenerators(seed, m) for m in range(len(models))]
+        grouped = bool(batch_parties) and groupable(models)
+        self.grouped = GroupedParties(models) if grouped else None
+        self.rows = RowShares()
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.optimization = PartyOptimization(
+            zero=lambda: self.zero_gradients(),
+            backward=lambda hs, gs: self.backward(hs, gs),
+            step=lambda: self.step(),
+        )
+        self._last_grouped: tuple[torch.Tensor | None, tuple[torch.Tensor, ...]] = (None, ())
         self._last_xs: Sequence[torch.Tensor] | None = None
         self._last_embeddings: list[torch.Tensor] | None = None
         self._anchors: list[list[torch.Tensor]] | None = None
@@ -33,39 +73,128 @@ class LocalParties(Parties):
         self._outputs: dict[int, torch.Tensor] = {}
         self._zoo: ZooSettings | None = None
 
+    @property
+    def device(self) -> torch.device:
+        """Where the party models are (Lightning moves the protocol's module after building it)."""
+        return next(self.models.parameters()).device
+
+    def make_optimizers(self, factory) -> list[torch.optim.Optimizer]:
+        self.optimizers = [factory(model.parameters()) for model in self.models]
+        return self.optimizers
+
+    def use_rows(self, rows: RowShares) -> None:
+        self.rows = rows
+
+    # ----------------------------------------------------------------- forward
+    def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Each party's embedding of its slice, h_m = party_m(x_m), with its gradient path.
+
+        Grouped parties: views of one (M, B, P) tensor, each with its own gradient path to its
+        own party's parameters. Data-parallel: this rank's rows, gathered into the global batch
+        (gradients flow back to the rank's own rows)."""
+        xs = list(xs[: len(self.models)])
+        shares = self.rows.take(xs)
+        if self.grouped is not None and len({x.shape[0] for x in shares}) == 1:
+            stacked = self.grouped(shares)
+            local = list(stacked.unbind(0))
+            if stacked.requires_grad:
+                self._last_grouped = (stacked, tuple(local))
+        else:
+            local = [party(x) for party, x in zip(self.models, shares, strict=True)]
+        return self.rows.gather(local, int(xs[0].shape[0]))
+
     def stage_generators(self, stage: str) -> list[torch.Generator]:
-        device = self.module.device
+        device = self.device
         for gens in self.generators:
             gens.move(device)
         return [gens.get(stage) for gens in self.generators]
 
     def send(self, xs, idx, *, stage, round):
-        embeddings = self.module.embed(xs)
+        embeddings = self.embed(xs)
         if stage == "train":
             self._last_xs, self._last_embeddings = xs, embeddings
         detached = [h.detach() for h in embeddings]
         if round is None:
             return detached
-        return self.module.mechanism.encode(
-            detached, generator=self.stage_generators(stage), round=round
-        )
+        return self.mechanism.encode(detached, generator=self.stage_generators(stage), round=round)
+
+    def clean_embeddings(self, xs):
+        return self.embed(xs)
+
+    # ----------------------------------------------------------------- backward and steps
+    def backward(
+        self, embeddings: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor | None]
+    ) -> None:
+        """Every party's cut-layer backward, ``h_m.backward(gradient=g_m)``, in one engine call.
+
+        The surrogate sum_m <h_m, g_m> (g_m constant) has gradient J_m^T g_m for party m's
+        parameters, exactly what M separate backward calls compute (d<h, g>/dh = g bit for bit),
+        at the cost of one autograd pass instead of M. Parties whose gradient is ``None`` are
+        skipped. The gradient g_m arrived over the wire as plain values, so no loss scaling
+        applies to it. Data-parallel ranks each hold their rows' part of the party gradients;
+        they are summed across ranks here, before any party optimizer steps.
+        """
+        stacked, views = self._last_grouped
+        if (
+            len(embeddings) == len(views)
+            and all(h is v for h, v in zip(embeddings, views, strict=True))
+            and all(g is not None for g in gradients)
+        ):
+            # grouped parties: one backward from the stacked (M, B, P) output, the same
+            # gradient stack(g_m) reaches it as through the M views
+            self._last_grouped = (None, ())
+            torch.autograd.backward(stacked, grad_tensors=torch.stack(list(gradients)))
+            self._sum_gradients()
+            return
+        terms = [(h * g).sum() for h, g in zip(embeddings, gradients, strict=True) if g is not None]
+        if terms:
+            torch.autograd.backward(torch.stack(terms).sum())
+            self._sum_gradients()
+
+    def _sum_gradients(self) -> None:
+        """Data-parallel: sum the party gradients across ranks (the grouped parties' stacked
+        gradients handed to the parties first)."""
+        if not self.rows.parallel:
+            return
+        if self.grouped is not None:
+            self.grouped.distribute_gradients()
+        self.rows.sum_gradients(self.models.parameters())
+
+    def zero_gradients(self) -> None:
+        """Every party optimizer's ``zero_grad()`` (gradients set to None), and the grouped
+        parties' stacked gradients."""
+        zero_together(self.optimizers)
+        if self.grouped is not None:
+            self.grouped.zero_grad()
+
+    def step(self) -> None:
+        """Step every party optimizer. Grouped parties with plain SGD optimizers of one set of
+        hyperparameters: one foreach update of the stacked parameters (:meth:`GroupedParties.step`);
+        otherwise the stacked gradients go to the parties, then one foreach update over every
+        party's parameters (:func:`~vfl_lightning.optim.step_together`) or one step per party."""
+        if self.grouped is not None:
+            if self.grouped.step(self.optimizers):
+                return
+            self.grouped.distribute_gradients()
+        if not step_together(self.optimizers):
+            for optimizer in self.optimizers:
+                step_one(optimizer)
 
     def apply_gradients(self, gradients, *, fresh=False, mu=0.0):
-        module = self.module
-        party_opts, _ = module.split_optimizers()
-        embeddings = module.embed(self._last_xs) if fresh else self._last_embeddings
+        embeddings = self.embed(self._last_xs) if fresh else self._last_embeddings
         cut_layer_update(
-            module.party_optimization(party_opts),
+            self.optimization,
             embeddings,
             gradients,
-            models=module.parties,
+            models=self.models,
             anchors=self._anchors,
             mu=mu,
         )
         self._last_embeddings = None
 
+    # ----------------------------------------------------------------- asynchronous family
     def initial_embeddings(self, xs, *, chunk):
-        device = self.module.device
+        device = self.device
         with torch.no_grad():
             return [
                 torch.cat(
@@ -74,56 +203,52 @@ class LocalParties(Parties):
                         for start in range(0, len(x), chunk)
                     ]
                 )
-                for party, x in zip(self.module.parties, xs, strict=True)
+                for party, x in zip(self.models, xs, strict=True)
             ]
 
     def embed_rows(self, party, x, idx):
         with torch.no_grad():
-            return self.module.parties[party](x)
+            return self.models[party](x)
 
     def client_messages(self, clients, xs, idx, *, zoo):
         """Local: in the order of ``clients``, each computed when asked for; ZOO directions come
-        from the module's training generator (one stream for every client)."""
+        from the server's training stream (one stream for every client, :class:`ServerStreams`)."""
         self._zoo = zoo
         for m in clients:
-            party = self.module.parties[m]
+            party = self.models[m]
             if zoo is None:
                 self._outputs[m] = party(xs[m])
                 yield m, self._outputs[m].detach(), None
                 continue
-            query = client_query(party, xs[m], zoo, self.module.generator("train"))
+            query = client_query(party, xs[m], zoo, self.streams.get("train", self.device))
             self._queries[m] = query
             yield m, query.embedding, query.perturbed
 
     def answer_client(self, party, answer):
-        module = self.module
-        party_opts, _ = module.split_optimizers()
-        opt = party_opts[party]
+        optimizer = self.optimizers[party]
         optimization = PartyOptimization(
-            zero=lambda: zero_together([opt.optimizer]),
-            backward=module.backward_parties,
-            step=lambda: module.step_party(opt),
+            zero=lambda: zero_together([optimizer]),
+            backward=self.backward,
+            step=lambda: step_one(optimizer),
         )
         query = self._queries.pop(party, None)
         pending = self._outputs.pop(party) if query is None else query
-        client_update(optimization, pending, answer, model=module.parties[party], zoo=self._zoo)
+        client_update(optimization, pending, answer, model=self.models[party], zoo=self._zoo)
 
+    # ----------------------------------------------------------------- schedule and state
     def set_anchor(self):
-        self._anchors = [
-            [p.detach().clone() for p in party.parameters()] for party in self.module.parties
-        ]
+        self._anchors = [[p.detach().clone() for p in party.parameters()] for party in self.models]
 
     def set_lr_factor(self, factor):
-        party_opts, _ = self.module.split_optimizers()
-        for opt in party_opts:
-            scale_lr(opt.optimizer, factor)
+        for optimizer in self.optimizers:
+            scale_lr(optimizer, factor)
 
     def restart_stream(self, stage, release):
         for gens in self.generators:
             gens.restart(stage, release)
 
     def party_digests(self):
-        return [tensor_digest(list(p.named_parameters())).hexdigest() for p in self.module.parties]
+        return [tensor_digest(list(p.named_parameters())).hexdigest() for p in self.models]
 
     def state_dict(self):
         return {"generators": [gens.state_dict() for gens in self.generators]}
@@ -138,4 +263,11 @@ class LocalParties(Parties):
             gens.load_state_dict(saved)
 
     def close(self):
-        """Nothing to release: the party models belong to the module."""
+        """Nothing to release: the party models belong to the protocol's module."""
+
+
+def step_one(optimizer: torch.optim.Optimizer) -> None:
+    """One party optimizer's step; a plain SGD one as a foreach update (:func:`step_together`,
+    the same values as its own ``step``)."""
+    if not step_together([optimizer]):
+        optimizer.step()

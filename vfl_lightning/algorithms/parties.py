@@ -12,7 +12,8 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from vfl_lightning.algorithms.zoo import ZooSettings
-from vfl_lightning.seeding import derive_seed
+from vfl_lightning.parallel.rows import RowShares
+from vfl_lightning.seeding import derive_seed, seeded_generator
 
 CONTINUING_STREAMS = ("train", "delays")
 """Party streams that continue across checkpoints (the others restart at every evaluation)."""
@@ -122,6 +123,52 @@ class PartyGenerators:
             self._replay_seeds = dict(state.get("replay_seeds", {}))
 
 
+class ServerStreams:
+    """The server's generators, one per stage: ``train`` continues across checkpoints (its state
+    is :meth:`state`), an evaluation stage's starts afresh at every :meth:`restart` from a seed of
+    its first release round (unique in the run), so evaluation never shifts training randomness
+    and never repeats its noise.
+
+    The local simulation hands the same object to its parties (:class:`LocalParties`): there ZOO
+    directions, FedVS model masks and Wait-DP noise come from the server's ``train`` (or
+    evaluation) stream, one stream for every party, so a local run is reproducible from ``seed``;
+    parties in their own processes draw from their own :class:`PartyGenerators`.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = int(seed)
+        self.streams: dict[str, torch.Generator] = {}
+        self.releases: dict[str, int] = {}
+        self._pending_train: torch.Tensor | None = None
+
+    def get(self, stage: str, device: torch.device) -> torch.Generator:
+        """The seeded generator of ``stage`` on ``device``."""
+        gen = self.streams.get(stage)
+        if gen is None or gen.device != device:
+            release = self.releases.get(stage)
+            gen = seeded_generator(self.seed, "server", stage, device=device, release=release)
+            if stage == "train" and self._pending_train is not None:
+                gen.set_state(self._pending_train)
+                self._pending_train = None
+            self.streams[stage] = gen
+        return gen
+
+    def restart(self, stage: str, release: int) -> None:
+        """Start evaluation ``stage`` afresh for the evaluation whose first release is ``release``."""
+        self.releases[stage] = int(release)
+        self.streams.pop(stage, None)
+
+    def state(self) -> torch.Tensor | None:
+        """The ``train`` stream's state (None before its first use)."""
+        gen = self.streams.get("train")
+        return None if gen is None else gen.get_state()
+
+    def load(self, state: torch.Tensor | None) -> None:
+        """Continue the ``train`` stream from ``state`` at its next use."""
+        self.streams.pop("train", None)
+        self._pending_train = state
+
+
 def tensor_digest(named: Sequence[tuple[str, torch.Tensor]]):
     """SHA-256 over (name, dtype, shape, bytes) of every tensor, in the order given."""
     digest = hashlib.sha256()
@@ -151,9 +198,23 @@ class Parties(ABC):
     """
 
     name = "parties"
-    in_server_process = True
-    """Whether the party models live in the server's process (the local simulation), so the
-    server may compute the clean embeddings behind a noisy evaluation (``acc_clean``)."""
+
+    def make_optimizers(self, factory) -> list[torch.optim.Optimizer]:
+        """The party optimizers (``factory``: a partial torch optimizer) that the server's trainer
+        checkpoints with its own: the local parties'; none where each party keeps its own."""
+        return []
+
+    def use_rows(self, rows: RowShares) -> None:
+        """Embed only this rank's ``rows`` of every batch (``trainer=ddp``): only the local
+        parties can; elsewhere a data-parallel ``rows`` is refused."""
+        if rows.parallel:
+            raise ValueError(f"{type(self).__name__} cannot embed a rank's share of the rows")
+
+    def clean_embeddings(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        """The noise-free embeddings behind a noisy evaluation (the ``acc_clean`` diagnostic),
+        where the parties live in the server's process; None elsewhere (the server must not see
+        them)."""
+        return None
 
     @abstractmethod
     def send(

@@ -28,8 +28,8 @@ class SyncVFL(VFLModule):
     Parties compute h_m and send ``mechanism.encode(h_m)``; the server fuses what arrived (joined
     with its own fresh embedding when it is an active party), runs its head, back-propagates the
     loss to the fused input, and sends each party its gradient; each party finishes its backward
-    with h_m.backward(gradient=g_m) (all parties in one autograd pass, see
-    :meth:`VFLModule.backward_parties`); every optimizer steps.
+    with h_m.backward(gradient=g_m) (the local parties all in one autograd pass, see
+    :meth:`~vfl_lightning.algorithms.local_parties.LocalParties.backward`); every optimizer steps.
     """
 
     SUPPORTS_ACTIVE_PARTY = True
@@ -62,7 +62,7 @@ class SyncVFL(VFLModule):
         self, xs: Sequence[torch.Tensor], y: torch.Tensor, idx: torch.Tensor
     ) -> ExchangeRound:
         """One synchronous round: embeddings up, gradients down, every side steps once."""
-        _, server_opt = self.split_optimizers()
+        server_opt = self.server_optimizer()
         received = self.send_embeddings(xs, idx)
         fused = self.mechanism.fuse(received).requires_grad_()
         loss, logits = self.server_loss(fused, xs, y)

@@ -278,7 +278,8 @@ class RayFedVSParties(CodedEvaluationParties, RayParties, FedVSParties):
     def power_feature_counts(self):
         return [info[0] for info in self.info]
 
-    def share_data(self):
+    def share_data(self, train_xs=()):
+        """Each actor shares the columns it holds (``train_xs``, the server's, holds none)."""
         _, _, degrees, raw, bounds = zip(*self.info, strict=True)
         self.codec.check_bounds(feature_counts=raw, degrees=degrees, data_bounds=bounds)
         replies = self._gather([a.share_data.remote() for a in self.actors], "data shares")

@@ -184,7 +184,6 @@ class RayParties(AsyncRayMethods, Parties):
     agreement is bound to a fresh run id (:meth:`exchange_keys`)."""
 
     name = "ray"
-    in_server_process = False
 
     def __init__(
         self,
