@@ -349,14 +349,17 @@ def test_server_lr_sets_the_head_step_alone(make_cfg):
         assert torch.equal(a, b)
 
 
-def test_max_simulated_s_stops_an_asynchronous_run_on_the_clock(make_cfg):
-    """algo.max_simulated_s (the FedVS family's key) ends a vafl run under FedVS's stragglers at
-    the first server iteration that reaches it, long before the epoch's end."""
+@pytest.mark.parametrize("algo", ["vafl", "npq"])
+def test_max_simulated_s_stops_a_run_on_the_clock(make_cfg, algo):
+    """algo.max_simulated_s (every protocol; the FedVS family's own tests cover it there) ends a
+    vafl or npq run under FedVS's stragglers at the first step that reaches it, long before the
+    epoch's end."""
+    experiment = ["experiment=cascade_digits"] if algo == "vafl" else []
     cfg = make_cfg(
-        "experiment=cascade_digits",
-        "algo=vafl",
+        *experiment,
+        f"algo={algo}",
+        "+algo.max_simulated_s=5" if algo == "npq" else "algo.max_simulated_s=5",
         "network=fedvs",
-        "algo.max_simulated_s=5",
         "trainer.max_epochs=1",
         "trainer.limit_val_batches=1",
         "test=false",

@@ -68,8 +68,7 @@ class HybridVFL(VFLModule):
     gradient. ``global_step`` and ``comm/rounds`` count server iterations: one per received
     message (query) when asynchronous, one per batch when synchronous. The initial pass that
     fills the table is sent over the wire too (kind ``initial_embedding``), and so are refreshed
-    entries (kind ``refreshed_embedding``, counted in ``async/refreshes``). ``max_simulated_s``
-    ends training once the simulated clock reaches it (as the FedVS family's key of that name).
+    entries (kind ``refreshed_embedding``, counted in ``async/refreshes``).
     """
 
     RUNTIMES = ("local", "ray")
@@ -93,13 +92,9 @@ class HybridVFL(VFLModule):
         zoo_space: str = "params",
         client_speeds: Sequence[float] | None = None,
         activation_order: Sequence[int] | None = None,
-        max_simulated_s: float | None = None,
         **kwargs,
     ) -> None:
         super().__init__(parties, head, mechanism, optimizer, num_classes, **kwargs)
-        if max_simulated_s is not None and not max_simulated_s > 0:
-            raise ValueError(f"algo.max_simulated_s must be > 0 or null, got {max_simulated_s}")
-        self.max_simulated_s = max_simulated_s
         for label, value in (("client_update", client_update), ("server_update", server_update)):
             if value not in UPDATES:
                 raise ValueError(f"{label} must be one of {UPDATES}, got {value!r}")
@@ -345,8 +340,6 @@ class HybridVFL(VFLModule):
         self.accumulate_epoch("async/staleness_max", ages.max(), reduce="max")
         if self.max_staleness is not None:
             self.accumulate_epoch("async/refreshes", float(self.refreshes), reduce="max")
-        if self.max_simulated_s is not None and self.wire.clock.now >= self.max_simulated_s:
-            self.trainer.should_stop = True
         return loss
 
     def results(self) -> dict:
