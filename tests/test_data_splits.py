@@ -50,6 +50,15 @@ PAPER_SPLITS = {
     "credit_default": Ratio(30_000, 0.2),
     "parkinson": Ratio(756, 0.3),
     "mfeat": Ratio(2_000, 0.4, 10),
+    "caltech7": Ratio(1_474, 0.2, 7),
+    # ModelNet-10's official split (PBM-VFL trains on an unlisted subset of 1,008 + 918 objects)
+    "modelnet10": Official(3_991, 908),
+    # ILSVRC-2012, 100 classes: up to 1,300 training and 50 validation images per class (the
+    # official validation images are the test split)
+    "imagenet100": Official(130_000, 5_000, 100),
+    "mimic3": Official(17_903, 3_236, 2),
+    # NUS-WIDE's official split; the task keeps the rows with exactly one of its concepts
+    "nus_wide": Official(161_789, 107_859, 2),
     "mnist_small": Ratio(5_000, 0.2, 10),
     "phishing_small": Ratio(1_250, 0.2),
     "parkinson_small": Ratio(252, 0.3),
