@@ -12,6 +12,8 @@ from hydra.utils import instantiate
 from vfl_lightning.algorithms import HybridVFL
 from vfl_lightning.algorithms.zoo import (
     client_query,
+    double_parameters,
+    evaluate_at,
     flat_parameters,
     sample_directions,
     two_point_estimate,
@@ -379,3 +381,28 @@ def test_max_simulated_s_stops_a_run_on_the_clock(make_cfg, algo):
     trainer.fit(module, datamodule=datamodule)
     assert times[-1] >= 5.0 and all(t < 5.0 for t in times[:-1])
     assert len(times) < len(datamodule.train_dataloader())
+
+
+def test_a_query_leaves_the_heads_batch_norm_statistics_alone():
+    """double_parameters copies the running statistics too: a float64 query through a
+    batch-norm head neither fails on the float32 buffers nor moves them."""
+    head = torch.nn.Sequential(torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 3)).train()
+    before = head[0].running_mean.clone()
+    x = torch.randn(2, 5, 4, dtype=torch.float64)
+    logits = evaluate_at(head, double_parameters(head), x[0])
+    assert logits.dtype == torch.float64 and torch.equal(head[0].running_mean, before)
+
+
+def test_split_resnet_body_scores_stacked_candidates_as_separate_batches():
+    """head=resnet18_body on a query's stacked candidates (K, B, F) gives each candidate the
+    logits (batch statistics included) it gets alone."""
+    from vfl_lightning.models import ResNet18Body
+
+    torch.manual_seed(0)
+    body = ResNet18Body(8 * 8 * 8, 3, channels=8, height=8).train()
+    stacked = torch.randn(2, 4, 8 * 8 * 8)
+    with torch.no_grad():
+        together = body(stacked)
+        alone = torch.stack([body(stacked[0]), body(stacked[1])])
+    assert together.shape == (2, 4, 3)
+    assert torch.equal(together, alone)

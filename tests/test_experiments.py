@@ -51,11 +51,12 @@ SHAPES = {
     "imagenet100": _shape((3, None, None), None, image=True, official_test=True),
 }
 
-SPEED = {
+SPEED = ["data.batch_size=4", "data.eval_batch_size=8"]
+"""Small batches for the synthetic run (the experiment's own protocol and models all the same)."""
+SMALLER_IMAGES = {
     "pbm_modelnet10": ["data.options.image_size=16"],
     "pbm_imagenet100": ["data.options.image_size=16"],
 }
-"""Smaller images for the synthetic run (the experiment's own models all the same)."""
 
 
 def synthetic_loader(name: str):
@@ -66,10 +67,11 @@ def synthetic_loader(name: str):
     def load(data_dir=None, *, image_size=None, num_classes=None, **options) -> RawDataset:
         shape = tuple(image_size if s is None else s for s in spec["shape"])
         classes = spec["classes"] or num_classes
-        # every class in a stratified validation split; a training split above batch 256
-        rows = 20 * classes + 400
+        rows = 20 * classes + 40  # every class in a stratified validation split
         rng = np.random.default_rng(0)
-        x = rng.normal(size=(rows, *shape)).astype(np.float32)
+        # pixels in [0, 1] as the image loaders give them; standardized-like table columns
+        draw = rng.random if spec["image"] else rng.standard_normal
+        x = draw(size=(rows, *shape)).astype(np.float32)
         y = np.arange(rows) % classes
         test = np.arange(rows - rows // 5, rows) if spec["official_test"] else None
         return RawDataset(
@@ -96,7 +98,7 @@ def test_every_table_and_figure_has_its_experiment():
 
 @pytest.mark.parametrize("name", PAPERS)
 def test_paper_experiment_trains_one_batch_on_data_of_its_shape(make_cfg, monkeypatch, name):
-    cfg = make_cfg(f"experiment={name}", "debug=fdr", *SPEED.get(name, []))
+    cfg = make_cfg(f"experiment={name}", "debug=fdr", *SPEED, *SMALLER_IMAGES.get(name, []))
     monkeypatch.setitem(datasets.LOADERS, cfg.data.name, synthetic_loader(cfg.data.name))
     results = train(cfg)
     assert results["algo"] == cfg.algo.name
@@ -121,7 +123,7 @@ def test_fedvs_experiments_compose_with_the_vafl_baseline(make_cfg, name):
 
 def test_vafl_trains_in_a_fedvs_experiment_with_coding_settings(make_cfg, monkeypatch):
     """fedvs_mfeat sets the FedVS family's quantization (fedvs.l_x, ...): vafl still trains."""
-    cfg = make_cfg("experiment=fedvs_mfeat", "algo=vafl", "debug=fdr")
+    cfg = make_cfg("experiment=fedvs_mfeat", "algo=vafl", "debug=fdr", *SPEED)
     monkeypatch.setitem(datasets.LOADERS, "mfeat", synthetic_loader("mfeat"))
     results = train(cfg)
     assert results["algo"] == "vafl" and results["comm/rounds"] >= 1
