@@ -127,3 +127,43 @@ def test_vafl_trains_in_a_fedvs_experiment_with_coding_settings(make_cfg, monkey
     monkeypatch.setitem(datasets.LOADERS, "mfeat", synthetic_loader("mfeat"))
     results = train(cfg)
     assert results["algo"] == "vafl" and results["comm/rounds"] >= 1
+
+
+def _sweep_jobs(line: str) -> list[list[str]]:
+    """The jobs of a documented `python train.py -m ...` line to compose: every choice of the
+    groups that change what is built (algo, party, fusion, head widths), the first value of the
+    other swept keys."""
+    import itertools
+    import shlex
+
+    structural = ("algo", "party", "mechanism.fusion", "head.hidden")
+    fixed, varied = [], []
+    for arg in shlex.split(line)[2:]:
+        if arg == "-m" or "=" not in arg:
+            continue
+        key, value = arg.split("=", 1)
+        choices, depth, start = [], 0, 0
+        for i, char in enumerate(value):
+            depth += {"[": 1, "]": -1}.get(char, 0)
+            if char == "," and depth == 0:
+                choices.append(value[start:i])
+                start = i + 1
+        choices.append(value[start:])
+        if key in structural:
+            varied.append([f"{key}={c}" for c in choices])
+        else:
+            fixed.append(f"{key}={choices[0]}")
+    return [[*fixed, *combo] for combo in itertools.product(*varied)]
+
+
+@pytest.mark.slow
+def test_every_documented_sweep_composes(make_cfg):
+    """Each `python train.py` line of docs/papers.md composes for every algorithm, party model
+    and fusion it names (a typo in a key or a choice fails here, not on a GPU)."""
+    papers_md = (Path(CONF_DIR).parent / "docs" / "papers.md").read_text()
+    lines = [line for line in papers_md.splitlines() if line.startswith("python train.py")]
+    assert len(lines) > 30
+    for line in lines:
+        for job in _sweep_jobs(line):
+            cfg = make_cfg(*job)
+            assert cfg.algo.name, line
