@@ -334,8 +334,8 @@ def test_server_lr_sets_the_head_step_alone(make_cfg):
         head_before = [p.detach().clone() for p in module.head.parameters()]
         trainer = instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=[])
         trainer.fit(module, datamodule=datamodule)
-        parties, server = module.split_optimizers()
-        lrs = {g["lr"] for o in parties for g in o.optimizer.param_groups}
+        parties, server = module.party_side.optimizers, module.server_optimizer()
+        lrs = {g["lr"] for o in parties for g in o.param_groups}
         moved = [a - b for a, b in zip(module.head.parameters(), head_before, strict=True)]
         party_state = [p.detach().clone() for p in module.parties.parameters()]
         return lrs, server.optimizer.param_groups[0]["lr"], moved, party_state
