@@ -3,6 +3,7 @@ local build does, and the one update implementation computes the cut-layer and c
 
 from __future__ import annotations
 
+import copy
 import pickle
 
 import lightning as L
@@ -92,3 +93,54 @@ def test_client_update_zoo_steps_along_the_two_point_estimate():
     flat_after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     torch.testing.assert_close(flat_after, flat_before - 0.1 * estimate.to(flat_before.dtype))
     assert not torch.equal(flat_after, flat_before)
+
+
+@pytest.mark.parametrize("batch_parties", [True, False])
+def test_local_parties_train_without_a_protocol_module(batch_parties):
+    """The local party side alone (party models, a mechanism, seeds: no LightningModule): a
+    training send and the received gradients step every party as h_m.backward(g_m) and its own
+    SGD step would, grouped or one party at a time."""
+    from torch import nn
+
+    from vfl_lightning.algorithms.local_parties import LocalParties
+    from vfl_lightning.algorithms.parties import ServerStreams
+    from vfl_lightning.mechanisms.plain import Plain
+    from vfl_lightning.models import MLPEncoder
+
+    torch.manual_seed(0)
+    models = nn.ModuleList(MLPEncoder((6,), hidden=(5,), embedding_dim=3) for _ in range(3))
+    reference = [copy.deepcopy(m) for m in models]
+    parties = LocalParties(
+        models, Plain(3), seed=0, streams=ServerStreams(0), batch_parties=batch_parties
+    )
+    assert (parties.grouped is not None) == batch_parties
+    optimizers = parties.make_optimizers(lambda params: torch.optim.SGD(params, lr=0.1))
+    xs = [torch.randn(4, 6) for _ in range(3)]
+    sent = parties.send(xs, torch.arange(4), stage="train", round=0)
+    gradients = [torch.randn(4, 3) for _ in range(3)]
+    parties.apply_gradients(gradients)
+    assert [opt.param_groups[0]["params"] for opt in optimizers] == [
+        list(m.parameters()) for m in models
+    ]
+    for m, (model, alone) in enumerate(zip(models, reference, strict=True)):
+        h = alone(xs[m])
+        torch.testing.assert_close(sent[m], h.detach())
+        h.backward(gradients[m])
+        torch.optim.SGD(alone.parameters(), lr=0.1).step()
+        for a, b in zip(model.parameters(), alone.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_the_trainer_checkpoints_the_local_party_sides_optimizers(tmp_path):
+    """The party side makes the party optimizers; the trainer wraps and checkpoints the same
+    objects (party optimizers first, the server's last)."""
+    from hydra.utils import instantiate
+
+    cfg = compose_config(tmp_path, "algo=npq", "trainer.max_steps=2")
+    datamodule, module = build(cfg)
+    trainer = instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=[])
+    trainer.fit(module, datamodule=datamodule)
+    wrapped = [opt.optimizer for opt in module.optimizers()]
+    assert wrapped[:-1] == module.party_side.optimizers
+    assert all(a is b for a, b in zip(wrapped, module.party_side.optimizers))
+    assert wrapped[-1] is module.server_optimizer().optimizer
