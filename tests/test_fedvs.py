@@ -198,6 +198,10 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
         ),
         (["algo.deadline_s=0"], r"algo.deadline_s must be > 0 or null, got 0"),
         (["algo.strategy=fast"], r"algo.strategy must be one of"),
+        (
+            ["algo.data_sharing_on_clock=maybe"],
+            r"algo.data_sharing_on_clock must be true or false, got 'maybe'",
+        ),
         (["algo.prime=2147483649"], r"prime must be a prime number, got 2147483649"),
         (["data.batch_size=63", "algo.K=2"], r"data.batch_size=63 must be a multiple of algo.K=2"),
         (["algo=fedvs_wait_dp", "algo.dp.delta=0"], r"algo.dp.delta must be in \(0, 1\), got 0"),
@@ -254,3 +258,14 @@ def test_clock_values_unchanged_by_the_network_group(make_cfg, algo):
     now, data_sharing = CLOCK_BEFORE_THE_NETWORK_GROUP[algo]
     assert module.wire.clock.now == now
     assert module.data_sharing_s == data_sharing
+
+
+def test_data_sharing_can_be_kept_off_the_clock(make_cfg):
+    steps = ["trainer.max_steps=6", "trainer.limit_val_batches=0", "algo.max_simulated_s=null"]
+    off, _ = run(make_cfg(*DIGITS, "algo.data_sharing_on_clock=false", *steps))
+    on_now, on_sharing = CLOCK_BEFORE_THE_NETWORK_GROUP["fedvs"]
+    # same rounds, same delay draws: only the one-time sharing is missing from the clock
+    assert off.data_sharing_s == on_sharing
+    assert off.wire.clock.now == pytest.approx(on_now - on_sharing, rel=1e-12)
+    assert off.wire.ledger.total_bits("peer") > 0
+    assert off.results()["fedvs/data_sharing_on_clock"] is False

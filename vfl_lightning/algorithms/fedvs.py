@@ -84,6 +84,7 @@ class FedVSFamily(VFLModule):
         deadline_s: float | None = None,
         on_shortfall: str = "raise",
         max_simulated_s: float | None = None,
+        data_sharing_on_clock: bool = True,
         dp: WaitDP | None = None,
         **kwargs,
     ) -> None:
@@ -97,6 +98,10 @@ class FedVSFamily(VFLModule):
         for label, value in (("deadline_s", deadline_s), ("max_simulated_s", max_simulated_s)):
             if value is not None and not value > 0:
                 raise ValueError(f"algo.{label} must be > 0 or null, got {value}")
+        if not isinstance(data_sharing_on_clock, bool):
+            raise ValueError(
+                f"algo.data_sharing_on_clock must be true or false, got {data_sharing_on_clock!r}"
+            )
         if (strategy == "wait_dp") != (dp is not None):
             raise ValueError(
                 "algo.dp (the Wait-DP noise) must be set exactly when algo.strategy=wait_dp "
@@ -118,6 +123,7 @@ class FedVSFamily(VFLModule):
         self.deadline_s = deadline_s
         self.on_shortfall = on_shortfall
         self.max_simulated_s = max_simulated_s
+        self.data_sharing_on_clock = data_sharing_on_clock
         self.dp = dp
         self.val_curve: list[tuple[int, float, float]] = []
         self.shortfall_rounds = 0
@@ -165,8 +171,10 @@ class FedVSFamily(VFLModule):
             self.share_data()
 
     def share_data(self) -> None:
-        """Algorithm 1 lines 1-10, once; charged to the ledger and the clock on a fresh run only
-        (a resumed run shares the same data shares again: the checkpoint does not carry them)."""
+        """Algorithm 1 lines 1-10, once; charged to the ledger, and to the clock unless
+        ``data_sharing_on_clock`` is false (``fedvs/data_sharing_s`` reports its modelled length
+        either way), on a fresh run only (a resumed run shares the same data shares again: the
+        checkpoint does not carry them)."""
         bits = self.party_side.share_data()
         if self.data_shared:
             return
@@ -179,7 +187,8 @@ class FedVSFamily(VFLModule):
             T=self.T,
             element_bits=self.codec.element_bits,
         )
-        self.wire.clock.advance(self.data_sharing_s)
+        if self.data_sharing_on_clock:
+            self.wire.clock.advance(self.data_sharing_s)
         self.data_shared = True
 
     # ----------------------------------------------------------------- one round
@@ -355,6 +364,7 @@ class FedVSFamily(VFLModule):
             "fedvs/shortfall_rounds": self.shortfall_rounds,
             "fedvs/responder_counts": list(self.responder_counts),
             "fedvs/data_sharing_s": self.data_sharing_s,
+            "fedvs/data_sharing_on_clock": self.data_sharing_on_clock,
             "fedvs/dp_sigma": 0.0 if self.dp is None else self.dp.sigma,
             "fedvs/val_curve": [list(point) for point in self.val_curve],
         }
