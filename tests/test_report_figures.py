@@ -115,3 +115,26 @@ def test_every_algo_has_its_own_colour_family():
     algos = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "algo").glob("*.yaml"))
     assert sorted(ALGO_COLORMAPS) == algos
     assert len(set(ALGO_COLORMAPS.values())) == len(ALGO_COLORMAPS)
+
+
+def test_pbm_cost_to_target_in_the_papers_units():
+    from vfl_lightning.report.recipe_pbm import paper_units_table
+
+    def run(seed, reached):
+        results = {
+            "algo": "pbm",
+            "seed": seed,
+            "comm/rounds": 1000,
+            "comm/paper_cost_bits": 4.0e9,
+            "rounds_to_target": 250 if reached else None,
+            "epoch_to_target": 5 if reached else None,
+            "mb_to_target": 60.0 if reached else None,
+        }
+        config = {"mechanism": {"b": 16, "beta": 0.15}}
+        return Run(Path(f"/runs/{seed}"), results, [], config=config)
+
+    text = paper_units_table([Group("pbm", {}, [run(0, True), run(1, True), run(2, False)])])
+    # ledger: 60 MB (10^6 bytes) = 480 x 10^6 bits; formula: 4e9 bits x 250/1000 rounds = 1000
+    assert (
+        "| pbm | 16 | 0.15 | 3 | 5.0 ± 0.0 (2/3) | 480.0 ± 0.0 (2/3) | 1000.0 ± 0.0 (2/3) |" in text
+    )

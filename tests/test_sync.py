@@ -128,6 +128,8 @@ def test_paper_cost_formula_beside_the_ledger(make_cfg, algo, uplink_bits):
         assert "comm/paper_cost_bits" not in results
         return
     elements = steps * batch * parties * width
-    assert results["comm/paper_cost_bits"] == pytest.approx(elements * (uplink_bits + 32), rel=1e-12)
+    assert results["comm/paper_cost_bits"] == pytest.approx(
+        elements * (uplink_bits + 32), rel=1e-12
+    )
     # the ledger's own PBM width: ceil(log2(M b + 1)) = 7 bits for M = 4, b = 16
     assert module.wire.ledger.total_bits("up") == elements * (7 if algo == "pbm" else 32)

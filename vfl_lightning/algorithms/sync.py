@@ -12,7 +12,6 @@ import torch
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.mechanisms.pbm import PBM
 
-
 PAPER_COST_ALGOS = ("pbm", "npq", "ldp")
 """PBM-VFL and its two baselines: their results also carry the paper's cost formula."""
 PAPER_FLOAT_BITS = 32
