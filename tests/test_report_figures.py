@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
 from vfl_lightning.report import charts, figures
@@ -138,3 +139,17 @@ def test_pbm_cost_to_target_in_the_papers_units():
     assert (
         "| pbm | 16 | 0.15 | 3 | 5.0 ± 0.0 (2/3) | 480.0 ± 0.0 (2/3) | 1000.0 ± 0.0 (2/3) |" in text
     )
+
+
+def test_fedvs_accuracy_at_rounds_and_at_times():
+    from vfl_lightning.report.recipe_fedvs import accuracy_at
+
+    curve = [
+        {"comm/rounds": 10.0, "time/simulated_s": 5.0, "val/acc": 0.2},
+        {"comm/rounds": 20.0, "time/simulated_s": 12.0, "val/acc": 0.5},
+    ]
+    group = Group("fedvs", {}, [Run(Path("/runs/0"), {"algo": "fedvs"}, curve)])
+    at_rounds = accuracy_at(group, "comm/rounds", [5, 10, 19, 20])
+    assert at_rounds.shape == (4, 1)
+    assert np.isnan(at_rounds[0, 0]) and list(at_rounds[1:, 0]) == [0.2, 0.2, 0.5]
+    assert list(accuracy_at(group, "time/simulated_s", [11.9, 12])[:, 0]) == [0.2, 0.5]
