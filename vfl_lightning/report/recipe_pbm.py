@@ -146,7 +146,8 @@ def paper_cost_to_target(run) -> float:
 def paper_units_table(groups: Sequence[Group]) -> str:
     """PBM-VFL Table 1's format: epochs to target and the communication to reach it in the
     paper's units (its "MB" are 10^6 bits), by this library's ledger (⌈log2(Mb+1)⌉ bits per PBM
-    element) and by the paper's formula (natural log, F = 32)."""
+    element) and by the paper's formula (natural log, F = 32). Epochs count the one in which the
+    target was reached (``epoch_to_target`` is its 0-based index)."""
     rows = []
     for group in groups:
         run = group.runs[0]
@@ -157,7 +158,7 @@ def paper_units_table(groups: Sequence[Group]) -> str:
                 run.setting("mechanism.b", "-") if noisy else "-",
                 run.setting("mechanism.beta", "-") if noisy else "-",
                 len(group.runs),
-                summarize(group.values_of("epoch_to_target")).text(1),
+                summarize([e + 1 for e in group.values_of("epoch_to_target")]).text(1),
                 summarize([8 * v for v in group.values_of("mb_to_target")]).text(1),
                 summarize([paper_cost_to_target(r) for r in group.runs]).text(1),
             ]
