@@ -154,3 +154,22 @@ def test_fedvs_accuracy_at_rounds_and_at_times():
     assert at_rounds.shape == (4, 1)
     assert np.isnan(at_rounds[0, 0]) and list(at_rounds[1:, 0]) == [0.2, 0.2, 0.5]
     assert list(accuracy_at(group, "time/simulated_s", [11.9, 12])[:, 0]) == [0.2, 0.5]
+
+
+def test_fedvs_figures_of_groups_with_different_fixed_keys_get_their_own_files():
+    from vfl_lightning.report.document import Context
+    from vfl_lightning.report.recipe_fedvs import fedvs
+
+    curve = [{"comm/rounds": 10.0, "time/simulated_s": 5.0, "val/acc": 0.2}]
+    results = {"algo": "fedvs", "fedvs/K": 1, "fedvs/T": 1, "fedvs/R": 3, "comm/rounds": 10}
+    results["time/simulated_s"] = 5.0
+    groups = [
+        Group(label, values, [Run(Path(f"/runs/{label}"), dict(results), curve)])
+        for label, values in (("a", {"a": "1", "b": None}), ("b", {"a": None, "b": "2"}))
+    ]
+    runs = [g.runs[0] for g in groups]
+    section = fedvs(Context(runs, groups, "time/simulated_s", "val/acc", "t", [5.0]))
+    stems = [stem for stem, _, _ in section.figures]
+    assert stems == ["fedvs_acc_vs_time", "fedvs_acc_vs_time_2"]
+    for _, figure, _ in section.figures:
+        plt.close(figure)

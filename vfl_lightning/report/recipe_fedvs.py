@@ -42,6 +42,7 @@ def fedvs(ctx: Context) -> Section:
         "–: none had.",
     )
     groups = ordered(ctx.groups, "fedvs")
+    stems: set[str] = set()
     for keys, members in by_overridden_keys(groups).items():
         varying = [k for k in sorted(keys) if len({g.values[k] for g in members}) > 1]
         fixed = ", ".join(
@@ -49,8 +50,14 @@ def fedvs(ctx: Context) -> Section:
         )
         what = (", ".join(short(k) for k in varying) + " varies") if varying else "per algo"
         suffix = f" ({fixed})" if fixed else ""
+        base = "_".join(["fedvs_acc_vs_time", *(short(k) for k in varying)])
+        stem, copy = base, 1
+        while stem in stems:  # one file per figure, also when two share their varying keys
+            copy += 1
+            stem = f"{base}_{copy}"
+        stems.add(stem)
         section.add_figure(
-            "_".join(["fedvs_acc_vs_time", *(short(k) for k in varying)]),
+            stem,
             figures.curves(
                 relabel(members),
                 "time/simulated_s",
