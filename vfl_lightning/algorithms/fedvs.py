@@ -86,7 +86,6 @@ class FedVSFamily(VFLModule):
         weight_bound: float = 4.0,
         deadline_s: float | None = None,
         on_shortfall: str = "raise",
-        max_simulated_s: float | None = None,
         data_sharing_on_clock: bool = True,
         ignore_waits_for: str = "fedvs",
         dp: WaitDP | None = None,
@@ -101,9 +100,8 @@ class FedVSFamily(VFLModule):
         ):
             if value not in allowed:
                 raise ValueError(f"algo.{label} must be one of {allowed}, got {value!r}")
-        for label, value in (("deadline_s", deadline_s), ("max_simulated_s", max_simulated_s)):
-            if value is not None and not value > 0:
-                raise ValueError(f"algo.{label} must be > 0 or null, got {value}")
+        if deadline_s is not None and not deadline_s > 0:
+            raise ValueError(f"algo.deadline_s must be > 0 or null, got {deadline_s}")
         if not isinstance(data_sharing_on_clock, bool):
             raise ValueError(
                 f"algo.data_sharing_on_clock must be true or false, got {data_sharing_on_clock!r}"
@@ -128,7 +126,6 @@ class FedVSFamily(VFLModule):
         self.weight_bound = float(weight_bound)
         self.deadline_s = deadline_s
         self.on_shortfall = on_shortfall
-        self.max_simulated_s = max_simulated_s
         self.data_sharing_on_clock = data_sharing_on_clock
         self.ignore_waits_for = ignore_waits_for
         self.dp = dp
@@ -207,8 +204,6 @@ class FedVSFamily(VFLModule):
         self.log_train_step(loss, logits, y)
         if self.is_log_step():
             self.log("time/simulated_s", self.wire.clock.now, on_step=True, on_epoch=False)
-        if self.max_simulated_s is not None and self.wire.clock.now >= self.max_simulated_s:
-            self.trainer.should_stop = True
         return loss
 
     def _draw_delays(self) -> tuple[np.ndarray, np.ndarray]:
