@@ -37,67 +37,60 @@ fi
 # ----------------------------------------------------------------------------- FedVS
 if part fedvs; then
   VAL=(test=false)
-  # Fig. 2, Handwritten (UCI mfeat, 6 views): FedVS and the Wait / Ignore / Wait-DP baselines.
-  sweep fedvs/fig2_handwritten experiment=fedvs_mfeat \
-    algo=fedvs,fedvs_ignore,fedvs_wait,fedvs_wait_dp seed=0,1,2,3,4 algo.max_simulated_s=1500 \
-    trainer.val_check_interval=4 "${VAL[@]}"
-  NOTE="$SETTING FedVS Figure 2, Handwritten panel: the paper's setting (Appendix C: 6 views, \
-2-layer PN clients, lr 0.02, batch 32, 60/40 split) with the experiment file's stated \
-differences; validation accuracy, 5 seeds, to 1500 simulated s. VAFL is not run (papers.md)."
-  page papers_fedvs_handwritten "$SWEEPS/fedvs/fig2_handwritten" --recipe fedvs \
-    --x simulated_s --times 30 60 120 300 600 1500
-  # The "Ignore leads early" finding (papers_findings.md): FedVS without its one-time data
-  # sharing on the clock; the clock with the paper's delays and 300 Mbps only (compute free);
-  # Ignore as §6.2 words it (it waits for the non-stragglers only).
+  if [[ $FULL == 1 ]]; then
+    # Fig. 2 on all six datasets (docs/papers.md), with VAFL; Figs. 3a, 3b, 4; Table 1; Fig. 1.
+    for data in mfeat fashion_mnist emnist parkinson credit caltech7; do
+      sweep "fedvs/fig2_$data" experiment="fedvs_$data" \
+        algo=fedvs,fedvs_wait,fedvs_ignore,fedvs_wait_dp,vafl seed=0,1,2,3,4 "${VAL[@]}"
+      NOTE="$SETTING FedVS Figure 2, $data panel."
+      page "papers_fedvs_$data" "$SWEEPS/fedvs/fig2_$data" --recipe fedvs --x simulated_s
+    done
+    K_T=(experiment=fedvs_fashion_mnist seed=0,1,2 "${VAL[@]}")
+    sweep fedvs/fig3a "${K_T[@]}" fedvs.K=1,2,4,8
+    sweep fedvs/fig3b "${K_T[@]}" fedvs.K=1,2,4,8 network.fast_mean=0.001 \
+      network.straggler_base=0.02 network.straggler_slope=0.04 network.macs_per_second=1e7
+    sweep fedvs/fig4 "${K_T[@]}" fedvs.T=1,2,3,4
+    NOTE="$SETTING FedVS Figures 3 and 4 on Fashion-MNIST."
+    page papers_fedvs_k_t "$SWEEPS/fedvs/fig3a" "$SWEEPS/fedvs/fig3b" "$SWEEPS/fedvs/fig4" \
+      --recipe fedvs --x simulated_s
+    sweep fedvs/table1 experiment=fedvs_table1 party=mlp,cnn,pn party.num_layers=1,2,3 "${GPU[@]}"
+    page papers_fedvs_table1 "$SWEEPS/fedvs/table1"
+    sweep fedvs/fig1 experiment=fedvs_motivation algo=npq,vafl mechanism.fusion=concat,mean,max
+    page papers_fedvs_fig1 "$SWEEPS/fedvs/fig1"
+  else
+    # Fig. 2, Handwritten (UCI mfeat, 6 views): FedVS and the Wait / Ignore / Wait-DP baselines.
+    sweep fedvs/fig2_handwritten experiment=fedvs_mfeat \
+      algo=fedvs,fedvs_ignore,fedvs_wait,fedvs_wait_dp seed=0,1,2,3,4 algo.max_simulated_s=1500 \
+      trainer.val_check_interval=4 "${VAL[@]}"
+    NOTE="$SETTING FedVS Figure 2, Handwritten panel: the paper's setting with the experiment \
+file's stated differences; validation accuracy, 5 seeds, to 1500 simulated s."
+    page papers_fedvs_handwritten "$SWEEPS/fedvs/fig2_handwritten" --recipe fedvs \
+      --x simulated_s --times 30 60 120 300 600 1500 --rounds 25 50 100 200 400
+    # Fig. 2, Fashion-MNIST (28 clients of one image row each, 1-layer PN).
+    FASHION=(experiment=fedvs_fashion_mnist seed=0,1,2 algo.max_simulated_s=1200
+      trainer.val_check_interval=10 "${VAL[@]}")
+    sweep fedvs/fig2_fashion "${FASHION[@]}" algo=fedvs,fedvs_ignore
+    sweep fedvs/fig2_fashion_wait "${FASHION[@]}" algo=fedvs_wait,fedvs_wait_dp
+    NOTE="$SETTING FedVS Figure 2, Fashion-MNIST panel, reduced to 3 seeds and 1200 simulated s."
+    page papers_fedvs_fashion "$SWEEPS/fedvs/fig2_fashion" "$SWEEPS/fedvs/fig2_fashion_wait" \
+      --recipe fedvs --x simulated_s --times 60 120 300 600 1200 --rounds 20 40 80 160 300
+  fi
+  # The "Ignore leads early" finding (papers_findings.md), on Handwritten: FedVS without its
+  # one-time data sharing on the clock; the clock with the paper's delays and 300 Mbps only
+  # (compute free); Ignore as §6.2 words it (it waits for the non-stragglers only).
   sweep fedvs/finding_noshare experiment=fedvs_mfeat algo=fedvs algo.data_sharing_on_clock=false \
-    seed=0,1,2,3,4 algo.max_simulated_s=1500 trainer.val_check_interval=4 "${VAL[@]}"
+    seed=0,1 algo.max_simulated_s=1500 trainer.val_check_interval=4 "${VAL[@]}"
   sweep fedvs/finding_delays_only experiment=fedvs_mfeat algo=fedvs,fedvs_ignore \
-    network.macs_per_second=1e15 seed=0,1,2,3,4 algo.max_simulated_s=600 \
+    network.macs_per_second=1e15 seed=0,1 algo.max_simulated_s=600 \
     trainer.val_check_interval=4 "${VAL[@]}"
   sweep fedvs/finding_ignore_non_stragglers experiment=fedvs_mfeat algo=fedvs_ignore \
     algo.ignore_waits_for=non_stragglers seed=0,1,2,3,4 algo.max_simulated_s=600 \
     trainer.val_check_interval=16 "${VAL[@]}"
   NOTE="$SETTING The Handwritten runs of Figure 2 beside the runs that test the finding: \
 algo.data_sharing_on_clock=false, network.macs_per_second=1e15 (the paper's delays and 300 Mbps \
-only) and algo.ignore_waits_for=non_stragglers (§6.2's Ignore). Accuracy over simulated seconds \
-and over rounds."
-  page papers_fedvs_finding "$SWEEPS/fedvs/fig2_handwritten" "$SWEEPS"/fedvs/finding_* \
+only) and algo.ignore_waits_for=non_stragglers (§6.2's Ignore)."
+  page papers_fedvs_finding "$SWEEPS/fedvs/fig2_$(pick mfeat handwritten)" "$SWEEPS"/fedvs/finding_* \
     --recipe fedvs --x rounds --times 30 60 120 300 600 --rounds 25 50 100 200 400
-
-  # Fig. 2, Fashion-MNIST (28 clients of one image row each, 1-layer PN, K = 4).
-  FASHION=(experiment=fedvs_fashion_mnist seed="$(pick 0,1,2,3,4 0,1,2)"
-    algo.max_simulated_s="$(pick 3600 1200)" trainer.val_check_interval=10 "${VAL[@]}")
-  sweep fedvs/fig2_fashion "${FASHION[@]}" algo=fedvs,fedvs_ignore
-  sweep fedvs/fig2_fashion_wait "${FASHION[@]}" algo=fedvs_wait,fedvs_wait_dp
-  NOTE="$SETTING FedVS Figure 2, Fashion-MNIST panel: the paper's setting (28 clients, 1-layer \
-PN, lr 0.05, batch 256, T = 1) with the experiment file's stated differences (K = 4); \
-$(pick "5 seeds to 3600 simulated s." "reduced to 3 seeds (the paper: 5) and 1200 simulated s.")"
-  page papers_fedvs_fashion "$SWEEPS/fedvs/fig2_fashion" "$SWEEPS/fedvs/fig2_fashion_wait" \
-    --recipe fedvs --x simulated_s --times 60 120 300 600 1200 --rounds 20 40 80 160 300
-
-  if [[ $FULL == 1 ]]; then
-    # Fig. 3a (delays dominate: network=fedvs), Fig. 3b (compute dominates: 10^6 multiply-adds
-    # per second, so one coded embedding takes 10-40 s against straggler means of 2-6 s), Fig. 4
-    # (T). Not run on the shared CPU (each run is a Fashion-MNIST FedVS run).
-    K_T=(experiment=fedvs_fashion_mnist seed=0,1,2,3,4 trainer.val_check_interval=10 "${VAL[@]}")
-    sweep fedvs/fig3a "${K_T[@]}" algo.K=4,2,1 algo.max_simulated_s=1200
-    sweep fedvs/fig4 "${K_T[@]}" algo.T=2,3 algo.max_simulated_s=1200
-    sweep fedvs/fig3b "${K_T[@]}" algo.K=4,2,1 network.macs_per_second=1e6 \
-      algo.max_simulated_s=12000
-    NOTE="$SETTING FedVS Figures 3 and 4 on Fashion-MNIST: K in {1, 2, 4}, T in {1, 2, 3}."
-    page papers_fedvs_k_t "$SWEEPS/fedvs/fig3a" "$SWEEPS/fedvs/fig4" "$SWEEPS/fedvs/fig3b" \
-      --recipe fedvs --x simulated_s
-    # The other panels of Fig. 2 (downloads), Table 1 (a VGG13 server) and Fig. 1.
-    for data in emnist parkinson credit caltech7; do
-      sweep "fedvs/fig2_$data" experiment="fedvs_$data" \
-        algo=fedvs,fedvs_ignore,fedvs_wait,fedvs_wait_dp seed=0,1,2,3,4 "${VAL[@]}"
-      page "papers_fedvs_$data" "$SWEEPS/fedvs/fig2_$data" --recipe fedvs --x simulated_s
-    done
-    sweep fedvs/table1 experiment=fedvs_table1 seed=0,1,2,3,4 "${GPU[@]}"
-    page papers_fedvs_table1 "$SWEEPS/fedvs/table1"
-    sweep fedvs/fig1 experiment=fedvs_motivation seed=0,1,2,3,4 "${GPU[@]}"
-    page papers_fedvs_fig1 "$SWEEPS/fedvs/fig1"
-  fi
 fi
 
 # ----------------------------------------------------------------------------- cascaded hybrid
@@ -106,7 +99,7 @@ if part cascade; then
   # epoch, 5 trials; npq is this threat model's synchronous first-order split training.
   if [[ $FULL == 1 ]]; then
     sweep cascade/table1 experiment=cascade_label_inference \
-      algo=npq,vafl,syn_zoo_vfl,zoo_vfl,cascade seed=0,1,2,3,4
+      algo=splitnn,vafl,cascade,zoo_vfl,syn_zoo_vfl seed=0,1,2,3,4
   else
     sweep cascade/table1 data=mnist_small data.num_parties=2 \
       algo=npq,vafl,syn_zoo_vfl,zoo_vfl,cascade attack=label_inference data.batch_size=64 \
@@ -123,7 +116,7 @@ first-order split training of this threat model (the paper's split learning)."
     sweep cascade/table2_clients "${MNIST[@]}" algo=splitnn,vafl,syn_zoo_vfl,zoo_vfl,cascade \
       data.num_parties=4,6,8
     sweep cascade/table2_width "${MNIST[@]}" algo=splitnn,vafl,syn_zoo_vfl,zoo_vfl,cascade \
-      'head.hidden=[256],[512]'
+      'head.hidden=[128],[256],[512]'
     sweep cascade/fig4 "${MNIST[@]}" algo=zoo_vfl,cascade \
       algo.server_lr=0.02,0.015,0.01,0.005,0.001 trainer.max_epochs=200
     page papers_cascade_fig4 "$SWEEPS/cascade/fig4" --recipe cascade
