@@ -1,5 +1,6 @@
-"""Refusals that happen before anything is built, one ConfigError line each: the seed, threads,
-precision, the output directory, the runtime and what ``runtime=ray`` runs."""
+"""Refusals that happen before anything trains, one ConfigError line each: the seed, threads,
+precision, the output directory, the runtime and what ``runtime=ray`` runs (before anything is
+built), and what the privacy accountant can account (once the mechanism is built)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from omegaconf import DictConfig
 
 from vfl_lightning.algorithms.parties import PARTY_SEEDS
 from vfl_lightning.errors import ConfigError
+from vfl_lightning.privacy.analysis.pbm import check_pbm_privacy_parameters
+from vfl_lightning.privacy.callback import PrivacyCallback
 
 RUNTIMES = ("local", "ray")
 
@@ -175,3 +178,12 @@ def check_time_scale(value) -> float:
             f"second of delay), got {value!r}"
         )
     return float(value)
+
+
+def check_accounting(module, callbacks: list) -> None:
+    """With a privacy accountant (a :class:`PrivacyCallback`) and PBM's analysis, refuse before
+    fit what the accountant would refuse at the first epoch's end: M·b beyond its exact range."""
+    mechanism = module.mechanism
+    accounted = any(isinstance(c, PrivacyCallback) for c in callbacks)
+    if accounted and getattr(mechanism, "accounting", None) == "pbm":
+        check_pbm_privacy_parameters(mechanism.b, mechanism.beta, mechanism.num_parties, 1)
