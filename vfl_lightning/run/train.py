@@ -77,7 +77,7 @@ def train(cfg: DictConfig) -> dict:
         callbacks = make_callbacks(cfg)
         check_accounting(module, callbacks)
         loggers = make_loggers(cfg)
-        trainer = make_trainer(cfg, callbacks, loggers)
+        trainer = make_trainer(cfg, callbacks, loggers, resuming=ckpt_path is not None)
         for logger in loggers:
             logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
         # the checkpoint was unpickled in full above (check_resume): Lightning's own weights-only
