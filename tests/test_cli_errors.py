@@ -127,6 +127,8 @@ BATTERY = [
     ),
     (["data=mnist", "paths.data_dir=/etc/hostname/cache"], r"^paths.data_dir=/etc/hostname/cache"),
     (["ckpt_path=/nonexistent/last.ckpt"], r"^ckpt_path=/nonexistent/last.ckpt does not exist"),
+    # refused in the attack callback's setup, inside fit before the first batch
+    (["attack=label_inference", "attack.party=9"], r"^attack.party must be in \[0, 3\], got 9$"),
 ]
 
 
@@ -196,6 +198,28 @@ BEFORE_FIT = [
     (["network.latency_s=abc"], r"^network.latency_s must be a finite number >= 0, got 'abc'$"),
     (["algo=fedvs", "algo.K=abc"], r"^algo.K must be a finite number, got 'abc'$"),
     (["test=maybe"], r"^test must be true or false, got 'maybe'$"),
+    (["logger=csv", "logger.csv.name=5"], r"^logger.csv.name must be a string, got 5$"),
+    (
+        ["data.columns=[[0],[1]]"],
+        r"^data.columns is read by data.partition=explicit only, got data.partition=quadrants",
+    ),
+    (
+        ["data.val_fraction=0.5", "data.test_fraction=0.6"],
+        r"^data.val_fraction \+ data.test_fraction must be < 1 \(the rest trains\), got 0.5 \+ "
+        r"0.6 = 1.1$",
+    ),
+    (["data.partition=diagonal"], r"^data.partition must be one of \('even', .*got 'diagonal'$"),
+    (["party.activation=gelu"], r"^party.activation must be one of \('none', .*got 'gelu'$"),
+    (["party.embedding_dim=abc"], r"^party.embedding_dim must be an integer >= 1, got 'abc'$"),
+    (["trainer.devices=abc"], r"^trainer.devices must be an integer >= 1, -1 \(every device\)"),
+    (["trainer.fast_dev_run=-1"], r"^trainer.fast_dev_run must be true, false or an integer >= 0"),
+    (["target.metric=5"], r"^target.metric must be a logged metric's name, e.g. val/acc"),
+    (["algo.transcript_size=-1"], r"^algo.transcript_size must be an integer >= 0, got -1$"),
+    ([*FEDVS, "algo.l_x=0"], r"^algo.l_x must be an integer >= 1, got 0$"),
+    (["algo=cascade", "algo.client_speeds=abc"], r"^algo.client_speeds must be a list of numbers"),
+    (["algo=cascade", "algo.zoo_space=weights"], r"^algo.zoo_space must be one of \('params'"),
+    (["algo=cascade", "algo.mu=0"], r"^algo.mu must be > 0, got 0$"),
+    (["algo=pbm", "callbacks.privacy.orders=abc"], r"^callbacks.privacy.orders must be a list of"),
 ]
 """Refused before ``trainer.fit`` starts (the test replaces fit with a failure)."""
 

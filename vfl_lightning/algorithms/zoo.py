@@ -21,11 +21,11 @@ ZOO_SPACES = ("params", "output")
 def check_zoo_options(*, mu: float, num_directions: int, direction: str) -> None:
     """One clear error per bad zeroth-order option."""
     if not mu > 0:
-        raise ValueError(f"mu must be > 0, got {mu}")
+        raise ValueError(f"algo.mu must be > 0, got {mu}")
     if int(num_directions) != num_directions or num_directions < 1:
-        raise ValueError(f"num_directions must be an integer >= 1, got {num_directions}")
+        raise ValueError(f"algo.num_directions must be an integer >= 1, got {num_directions}")
     if direction not in DIRECTIONS:
-        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        raise ValueError(f"algo.direction must be one of {DIRECTIONS}, got {direction!r}")
 
 
 def direction_scale(direction: str, dimension: int) -> float:

@@ -7,15 +7,14 @@ Known keys: a node with a ``_target_`` takes the parameters of its class
 the keys config files set for it; ``callbacks`` and ``logger`` take any name whose node has a
 ``_target_`` (or is null); every other key must appear in a config file under the config
 directories. Types: a key whose every shipped default is
-a boolean takes a boolean, one whose every default is a number takes a number (:data:`NOT_TYPED`
-lists the keys that take more); :data:`RANGES` adds the range of the keys every protocol shares.
+a boolean takes a boolean, one whose every default is a number a number, a string a string
+(:data:`NOT_TYPED` lists the keys that take more); :data:`RANGES` adds the range of the keys every protocol shares.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from hydra.utils import get_class, get_method
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vfl_lightning.errors import ConfigError
+from vfl_lightning.run.schema_rules import RANGES, is_int, is_number
 
 META_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 CONTAINERS = ("callbacks", "logger")
@@ -43,107 +43,6 @@ NOT_TYPED = {
 """Keys whose shipped defaults are of one type but that also take another (Lightning's ``devices``
 and ``fast_dev_run``, a batch limit as a count or a fraction, ...)."""
 
-
-def is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def integer(low: int, *, null: bool = False, also: Iterable = ()) -> tuple[Callable, str]:
-    allowed = set(also)
-    text = f"an integer >= {low}" + "".join(f" or {a}" for a in sorted(allowed))
-    return (
-        lambda v: (null and v is None) or (is_int(v) and (v >= low or v in allowed)),
-        text + (" or null" if null else ""),
-    )
-
-
-def number(low: float, high: float, *, low_open=False, high_open=False, null=False):
-    left, right = "(" if low_open else "[", ")" if high_open else "]"
-    if math.isfinite(high):
-        text = f"a number in {left}{low:g}, {high:g}{right}"
-    elif math.isfinite(low):
-        text = f"a finite number {'>' if low_open else '>='} {low:g}"
-    else:
-        text = "a finite number"
-
-    def accept(value) -> bool:
-        if null and value is None:
-            return True
-        if not is_number(value):
-            return False
-        return (value > low if low_open else value >= low) and (
-            value < high if high_open else value <= high
-        )
-
-    return accept, text + (" or null" if null else "")
-
-
-def batch_limit(open_zero: bool) -> tuple[Callable, str]:
-    low = "(0" if open_zero else "[0"
-
-    def accept(value) -> bool:
-        if value is None or (is_int(value) and value >= (1 if open_zero else 0)):
-            return True
-        return isinstance(value, float) and (0 < value <= 1 if open_zero else 0 <= value <= 1)
-
-    count = ">= 1" if open_zero else ">= 0"
-    return accept, f"null, an integer {count} (batches) or a float in {low}, 1] (a fraction)"
-
-
-def choice(*options) -> tuple[Callable, str]:
-    return (lambda v: v in options), f"one of {options}"
-
-
-def boolean_or(*options) -> tuple[Callable, str]:
-    return (lambda v: isinstance(v, bool) or v in options), f"true, false or one of {options}"
-
-
-INF = math.inf
-RANGES: dict[str, tuple[Callable, str]] = {
-    "data.num_parties": integer(1),
-    "data.batch_size": integer(1),
-    "data.eval_batch_size": integer(1),
-    "data.val_fraction": number(0, 1, high_open=True),
-    "data.test_fraction": number(0, 1, high_open=True),
-    "data.scaling": choice("standard", "none"),
-    "trainer.max_steps": integer(1, also=(-1,)),
-    "trainer.check_val_every_n_epoch": integer(1, null=True),
-    "trainer.log_every_n_steps": integer(1),
-    "trainer.num_sanity_val_steps": integer(0, also=(-1,)),
-    "trainer.limit_train_batches": batch_limit(open_zero=False),
-    "trainer.limit_val_batches": batch_limit(open_zero=False),
-    "trainer.limit_test_batches": batch_limit(open_zero=False),
-    "trainer.val_check_interval": batch_limit(open_zero=True),
-    "trainer.deterministic": boolean_or("warn"),
-    "trainer.num_nodes": integer(1),
-    "optimizer.lr": number(0, INF),
-    "optimizer.weight_decay": number(0, INF),
-    "optimizer.eps": number(0, INF),
-    "optimizer.momentum": number(0, 1, high_open=True),
-    "optimizer.dampening": number(0, 1, high_open=True),
-    "target.value": number(-INF, INF, null=True),
-    "target.mode": choice("max", "min"),
-    "mechanism.b": integer(1),
-    "mechanism.beta": (is_number, "a number in (0, 0.25] for PBM"),
-    "mechanism.C": number(0, INF, low_open=True),
-    "network.mbps": number(0, INF, low_open=True),
-    "network.latency_s": number(0, INF),
-    "network.macs_per_second": number(0, INF, low_open=True),
-    "network.field_op_cost": number(0, INF),
-    "network.fast_mean": number(0, INF),
-    "network.straggler_base": number(0, INF),
-    "network.straggler_slope": number(0, INF),
-    "network.straggler_fraction": number(0, 1),
-    "runtime.num_cpus": integer(1, null=True),
-    "callbacks.progress_bar.updates_per_second": number(0, INF, low_open=True),
-    "callbacks.privacy.delta": number(0, 1, low_open=True, high_open=True),
-}
-"""``key: (accepts(value), what it takes)`` for keys every protocol shares (PBM's β: its type;
-the mechanism refuses its range with the reason)."""
 
 MISSING_HINTS = {
     "data.dir": "the directory written by python -m vfl_lightning.data.export (data=party_files "
@@ -281,14 +180,17 @@ def check_keys(cfg: DictConfig, known: dict[str, list]) -> None:
 
 
 def _type_of(defaults: list) -> str | None:
-    """``bool`` or ``number`` when every non-null shipped default of a key is one."""
-    present = [d for d in defaults if d is not None and not isinstance(d, str | dict | list)]
-    if not present or len(present) != len([d for d in defaults if d is not None]):
+    """``bool``, ``number`` or ``str`` when every shipped default of a key (but null and
+    interpolations) is one."""
+    present = [d for d in defaults if d is not None and not (isinstance(d, str) and "${" in d)]
+    if not present:
         return None
     if all(isinstance(d, bool) for d in present):
         return "bool"
     if all(is_number(d) for d in present):
         return "number"
+    if all(isinstance(d, str) for d in present):
+        return "str"
     return None
 
 
@@ -317,7 +219,29 @@ def check_values(cfg: DictConfig, known: dict[str, list]) -> None:
             raise ConfigError(f"{path} must be true or false, got {value!r}")
         if kind == "number" and value is not None and not is_number(value):
             raise ConfigError(f"{path} must be a finite number, got {value!r}")
+        if kind == "str" and value is not None and not isinstance(value, str):
+            raise ConfigError(f"{path} must be a string, got {value!r}")
     check_epochs(cfg.get("trainer"))
+    check_fractions(cfg.get("data"))
+
+
+def check_fractions(data) -> None:
+    """``data.val_fraction + data.test_fraction`` must leave training samples; ``data.columns``
+    is read by the explicit partition only."""
+    if data is None:
+        return
+    partition = data.get("partition")
+    if data.get("columns") is not None and partition not in (None, "explicit"):
+        raise ConfigError(
+            f"data.columns is read by data.partition=explicit only, got data.partition="
+            f"{partition}: set data.partition=explicit or data.columns=null"
+        )
+    val, test = data.get("val_fraction"), data.get("test_fraction")
+    if is_number(val) and is_number(test) and val + test >= 1:
+        raise ConfigError(
+            f"data.val_fraction + data.test_fraction must be < 1 (the rest trains), got "
+            f"{val} + {test} = {val + test:g}"
+        )
 
 
 def check_epochs(trainer) -> None:
