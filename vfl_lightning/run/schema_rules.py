@@ -160,6 +160,10 @@ RANGES: dict[str, tuple[Callable, str]] = {
     "network.straggler_slope": number(0, INF),
     "network.straggler_fraction": number(0, 1),
     "runtime.num_cpus": integer(1, null=True),
+    "runtime.time_scale": (
+        number(0, INF, low_open=True)[0],
+        "a finite number > 0 (real seconds slept per modelled second of delay)",
+    ),
     "callbacks.progress_bar.updates_per_second": number(0, INF, low_open=True),
     "callbacks.privacy.delta": number(0, 1, low_open=True, high_open=True),
 }
