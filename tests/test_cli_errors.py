@@ -199,7 +199,7 @@ BEFORE_FIT = [
         r"^optimizer.weight_decay must be a finite number >= 0, got 'abc'$",
     ),
     (["network.latency_s=abc"], r"^network.latency_s must be a finite number >= 0, got 'abc'$"),
-    (["algo=fedvs", "algo.K=abc"], r"^algo.K must be a finite number, got 'abc'$"),
+    (["algo=fedvs", "algo.K=abc"], r"^segments \(algo.K\) must be an integer >= 1, got 'abc'$"),
     (["test=maybe"], r"^test must be true or false, got 'maybe'$"),
     (["logger=csv", "logger.csv.name=5"], r"^logger.csv.name must be a string, got 5$"),
     (
