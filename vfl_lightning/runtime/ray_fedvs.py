@@ -17,10 +17,55 @@ from vfl_lightning.algorithms.party_updates import cut_layer_update
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec, data_bound
 from vfl_lightning.mechanisms.field import field_matmul
-from vfl_lightning.runtime.fedvs_eval import CodedEvaluationActor, CodedEvaluationParties
+from vfl_lightning.runtime.fedvs_eval import (
+    CodedEvaluationActor,
+    CodedEvaluationParties,
+    start_coded_evaluation,
+)
 from vfl_lightning.runtime.party_trust import PartyTrust
 from vfl_lightning.runtime.ray_parties import PartyActor, RayParties
 from vfl_lightning.runtime.transport import serialized_bytes
+
+
+def project_weights(model, bound: float) -> None:
+    """Clamp the PN model's weights to [-bound, bound] (the code's weight bound)."""
+    with torch.no_grad():
+        model.weight.clamp_(-bound, bound)
+
+
+class Mailbox:
+    """A FedVS client's share traffic: its peers' actor handles and the condition its inboxes are
+    kept under. An attribute of the actor, so none of these is a call the server can make."""
+
+    def __init__(self, party: int) -> None:
+        self.party = int(party)
+        self.peers: list = []
+        self._arrivals: asyncio.Condition | None = None
+
+    def condition(self) -> asyncio.Condition:
+        if self._arrivals is None:
+            self._arrivals = asyncio.Condition()
+        return self._arrivals
+
+    def send(self, method: str, shares: torch.Tensor, *head) -> int:
+        """Send ``shares[n]`` to client n for every other n; returns the serialized bytes sent."""
+        sent = 0
+        for n, peer in enumerate(self.peers):
+            if n == self.party:
+                continue
+            share = shares[n].clone()  # its own storage: a view would serialize every share
+            sent += serialized_bytes(share)
+            getattr(peer, method).remote(*head, self.party, share)
+        return sent
+
+    async def keep(self, inbox: dict, sender: int, share: torch.Tensor) -> None:
+        async with self.condition():
+            inbox[sender] = share
+            self.condition().notify_all()
+
+    async def wait_for(self, full) -> None:
+        async with self.condition():
+            await self.condition().wait_for(full)
 
 
 class FedVSPartyActor(CodedEvaluationActor, PartyActor):
@@ -55,18 +100,17 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         self.codec = FedVSCodec(**code)
         self.dp = dp
         self.num_clients = self.codec.num_clients
-        self.peers: list = []
+        self.mail = Mailbox(self.party)
         self.data_inbox: dict[int, torch.Tensor] = {}
         self.model_inbox: dict[int, dict[int, torch.Tensor]] = {}
         self.data_shares: torch.Tensor | None = None
         self.plain: tuple[int, torch.Tensor] | None = None
-        self._arrivals: asyncio.Condition | None = None
-        self.start_coded_evaluation()
-        self.project_weights()
+        start_coded_evaluation(self)
+        project_weights(self.model, self.codec.weight_bound)
 
     def set_peers(self, peers: list) -> None:
         """The other clients' actor handles (shares go to them directly, never via the server)."""
-        self.peers = peers
+        self.mail.peers = list(peers)
 
     def power_info(self) -> tuple[int, int, int, int, float]:
         """(power features F_n, embedding width h, PN degree, raw features, max |x| of the
@@ -90,36 +134,6 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         noisy = self.dp(out.to(self.device), self.generators.get(stage)).to("cpu")
         return noisy, serialized_bytes(noisy)
 
-    def project_weights(self) -> None:
-        bound = self.codec.weight_bound
-        with torch.no_grad():
-            self.model.weight.clamp_(-bound, bound)
-
-    def _condition(self) -> asyncio.Condition:
-        if self._arrivals is None:
-            self._arrivals = asyncio.Condition()
-        return self._arrivals
-
-    def _send_to_peers(self, method: str, shares: torch.Tensor, *head) -> int:
-        """Send ``shares[n]`` to client n for every other n; returns the serialized bytes sent."""
-        sent = 0
-        for n, peer in enumerate(self.peers):
-            if n == self.party:
-                continue
-            share = shares[n].clone()  # its own storage: a view would serialize every share
-            sent += serialized_bytes(share)
-            getattr(peer, method).remote(*head, self.party, share)
-        return sent
-
-    async def _keep(self, inbox: dict, sender: int, share: torch.Tensor) -> None:
-        async with self._condition():
-            inbox[sender] = share
-            self._condition().notify_all()
-
-    async def _wait_for(self, full) -> None:
-        async with self._condition():
-            await self._condition().wait_for(full)
-
     # ------------------------------------------------------------- data shares (once)
     async def share_data(self) -> tuple[int, int]:
         """Algorithm 1 lines 2-7: one share of this client's quantized power features to every
@@ -128,17 +142,17 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
             features = self.model.power_features(self.features["train"])
         generator = self.generators.replay("fedvs_data")
         shares = self.codec.client_data_shares(features, generator=generator).cpu()
-        sent = self._send_to_peers("receive_data_share", shares)
-        await self._keep(self.data_inbox, self.party, shares[self.party])
+        sent = self.mail.send("receive_data_share", shares)
+        await self.mail.keep(self.data_inbox, self.party, shares[self.party])
         return shares[0].numel() * self.codec.element_bits, sent
 
     async def receive_data_share(self, sender: int, share: torch.Tensor) -> None:
-        await self._keep(self.data_inbox, sender, share)
+        await self.mail.keep(self.data_inbox, sender, share)
 
     async def collect_data_shares(self) -> None:
         """Line 10: every client's share arrived; keep them side by side in client order,
         (S, F_total) field elements."""
-        await self._wait_for(lambda: len(self.data_inbox) == self.num_clients)
+        await self.mail.wait_for(lambda: len(self.data_inbox) == self.num_clients)
         self.data_shares = torch.cat([self.data_inbox[n] for n in range(self.num_clients)], 1)
         self.data_inbox = {}
 
@@ -149,12 +163,14 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         shares = self.codec.client_model_shares(
             self.model.weight, generator=self.generators.get("train")
         ).cpu()
-        await self._keep(self.model_inbox.setdefault(exchange, {}), self.party, shares[self.party])
+        await self.mail.keep(
+            self.model_inbox.setdefault(exchange, {}), self.party, shares[self.party]
+        )
         await asyncio.sleep(delay_s)
-        return self._send_to_peers("receive_model_share", shares, exchange)
+        return self.mail.send("receive_model_share", shares, exchange)
 
     async def receive_model_share(self, exchange: int, sender: int, share: torch.Tensor) -> None:
-        await self._keep(self.model_inbox.setdefault(exchange, {}), sender, share)
+        await self.mail.keep(self.model_inbox.setdefault(exchange, {}), sender, share)
 
     async def coded_embedding(
         self, exchange: int, positions: torch.Tensor, delay_s: float
@@ -162,7 +178,9 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         """Lines 21-24: once every client's model share of ``exchange`` is here, the coded
         embedding (eq. 5) of the batch ``positions``, (|B|, h) field elements, returned after
         ``delay_s`` real seconds."""
-        await self._wait_for(lambda: len(self.model_inbox.get(exchange, ())) == self.num_clients)
+        await self.mail.wait_for(
+            lambda: len(self.model_inbox.get(exchange, ())) == self.num_clients
+        )
         received = self.model_inbox.pop(exchange)
         model = torch.cat([received[n] for n in range(self.num_clients)]).long()
         rows = self.data_shares[positions.to(self.data_shares.device)].long()
@@ -177,7 +195,7 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         h = self.model(self.features["train"][idx.to(self.device)])
         gradient = gradient.to(self.device) / self.num_clients
         cut_layer_update(self.optimization, [h], [gradient], models=[self.model])
-        self.project_weights()
+        project_weights(self.model, self.codec.weight_bound)
 
     # ------------------------------------------------------------- Wait / Ignore
     async def plain_embedding(self, exchange: int, idx: torch.Tensor, delay_s: float):
@@ -203,7 +221,7 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         self.plain = None
         gradient = gradient.to(self.device) / used
         cut_layer_update(self.optimization, [h], [gradient], models=[self.model])
-        self.project_weights()
+        project_weights(self.model, self.codec.weight_bound)
 
 
 class RayFedVSParties(CodedEvaluationParties, RayParties, FedVSParties):
