@@ -52,8 +52,9 @@ class CodedEvaluationActor:
         await self.mail.keep(self.eval_inbox.setdefault(stage, {}), self.party, shares[self.party])
         return segment, data_bound(x)
 
-    async def receive_eval_data_share(self, stage: str, sender: int, share: torch.Tensor) -> None:
-        await self.mail.keep(self.eval_inbox.setdefault(stage, {}), sender, share)
+    async def receive_eval_data_share(self, stage: str, sender: int, sealed) -> None:
+        inbox = self.eval_inbox.setdefault(stage, {})
+        await self.mail.receive(inbox, "receive_eval_data_share", (stage,), sender, sealed)
 
     async def collect_eval_data_shares(self, stage: str) -> None:
         inbox = self.eval_inbox.setdefault(stage, {})

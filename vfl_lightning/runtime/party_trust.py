@@ -21,7 +21,7 @@ from vfl_lightning.mechanisms.identity import (
     sign_public_key,
     write_known_parties,
 )
-from vfl_lightning.mechanisms.keys import fresh_private_key, public_bytes
+from vfl_lightning.mechanisms.keys import fresh_private_key, pair_channel_key, public_bytes
 from vfl_lightning.runtime.party_state import default_party_root, party_folder
 
 KNOWN_PARTIES_FILE = "known_parties.json"
@@ -73,6 +73,8 @@ class PartyKeys:
         self.trust, self.party = trust, int(party)
         self.key = fresh_private_key()
         self.identity = load_or_create_identity(trust.folder(party))
+        self.channel_keys: dict[int, bytes] = {}
+        """Its 32-byte channel key with each peer, once the key agreement verified them."""
 
     def publish(self, run_id: str) -> tuple[bytes, SignedPublicKey]:
         """(its identity public key, its X25519 public key signed for ``run_id``), for the server
@@ -108,6 +110,13 @@ class PartyKeys:
         self, run_id: str, identities: list[bytes], relayed: list[SignedPublicKey]
     ) -> dict[tuple[int, int], int]:
         """Its pair seeds, once every peer's relayed key verified against the pinned identity
-        (:func:`~vfl_lightning.mechanisms.identity.authenticated_pair_seeds`)."""
+        (:func:`~vfl_lightning.mechanisms.identity.authenticated_pair_seeds`); its channel key
+        with every peer goes to :attr:`channel_keys` (from the same verified keys)."""
         known = self.pinned(identities)
-        return authenticated_pair_seeds(self.key, self.party, relayed, run_id=run_id, known=known)
+        seeds = authenticated_pair_seeds(self.key, self.party, relayed, run_id=run_id, known=known)
+        self.channel_keys = {
+            m: pair_channel_key(self.key, signed.public_key, *sorted((self.party, m)))
+            for m, signed in enumerate(relayed)
+            if m != self.party
+        }
+        return seeds

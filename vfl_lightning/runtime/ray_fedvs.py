@@ -24,6 +24,7 @@ from vfl_lightning.runtime.fedvs_eval import (
 )
 from vfl_lightning.runtime.party_trust import PartyTrust
 from vfl_lightning.runtime.ray_parties import PartyActor, RayParties
+from vfl_lightning.runtime.share_channel import Mailbox
 from vfl_lightning.runtime.transport import serialized_bytes
 
 
@@ -33,39 +34,10 @@ def project_weights(model, bound: float) -> None:
         model.weight.clamp_(-bound, bound)
 
 
-class Mailbox:
-    """A FedVS client's share traffic: its peers' actor handles and the condition its inboxes are
-    kept under. An attribute of the actor, so none of these is a call the server can make."""
-
-    def __init__(self, party: int) -> None:
-        self.party = int(party)
-        self.peers: list = []
-        self._arrivals: asyncio.Condition | None = None
-
-    def condition(self) -> asyncio.Condition:
-        if self._arrivals is None:
-            self._arrivals = asyncio.Condition()
-        return self._arrivals
-
-    def send(self, method: str, shares: torch.Tensor, *head) -> int:
-        """Send ``shares[n]`` to client n for every other n; returns the serialized bytes sent."""
-        sent = 0
-        for n, peer in enumerate(self.peers):
-            if n == self.party:
-                continue
-            share = shares[n].clone()  # its own storage: a view would serialize every share
-            sent += serialized_bytes(share)
-            getattr(peer, method).remote(*head, self.party, share)
-        return sent
-
-    async def keep(self, inbox: dict, sender: int, share: torch.Tensor) -> None:
-        async with self.condition():
-            inbox[sender] = share
-            self.condition().notify_all()
-
-    async def wait_for(self, full) -> None:
-        async with self.condition():
-            await self.condition().wait_for(full)
+def code_parameters(codec: FedVSCodec) -> dict:
+    """The public code parameters a client builds its :class:`FedVSCodec` from."""
+    names = ("num_clients", "K", "T", "l_x", "l_w", "prime", "weight_bound")
+    return {name: getattr(codec, name) for name in names}
 
 
 class FedVSPartyActor(CodedEvaluationActor, PartyActor):
@@ -108,8 +80,16 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         start_coded_evaluation(self)
         project_weights(self.model, self.codec.weight_bound)
 
+    def agree(self, run_id: str, identities: list[bytes], relayed: list) -> None:
+        """The key agreement, then a private channel with every other client: its shares are
+        sealed under the pair's key (:class:`~vfl_lightning.runtime.share_channel.Mailbox`)."""
+        super().agree(run_id, identities, relayed)
+        self.mail.set_channel_keys(self.keys.channel_keys)
+
     def set_peers(self, peers: list) -> None:
-        """The other clients' actor handles (shares go to them directly, never via the server)."""
+        """The other clients' actor handles: shares go to them directly, never via the server,
+        sealed for the client each is meant for (a handle that is not that client reads
+        nothing)."""
         self.mail.peers = list(peers)
 
     def power_info(self) -> tuple[int, int, int, int, float]:
@@ -146,8 +126,8 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         await self.mail.keep(self.data_inbox, self.party, shares[self.party])
         return shares[0].numel() * self.codec.element_bits, sent
 
-    async def receive_data_share(self, sender: int, share: torch.Tensor) -> None:
-        await self.mail.keep(self.data_inbox, sender, share)
+    async def receive_data_share(self, sender: int, sealed) -> None:
+        await self.mail.receive(self.data_inbox, "receive_data_share", (), sender, sealed)
 
     async def collect_data_shares(self) -> None:
         """Line 10: every client's share arrived; keep them side by side in client order,
@@ -169,8 +149,9 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         await asyncio.sleep(delay_s)
         return self.mail.send("receive_model_share", shares, exchange)
 
-    async def receive_model_share(self, exchange: int, sender: int, share: torch.Tensor) -> None:
-        await self.mail.keep(self.model_inbox.setdefault(exchange, {}), sender, share)
+    async def receive_model_share(self, exchange, sender: int, sealed) -> None:
+        inbox = self.model_inbox.setdefault(exchange, {})
+        await self.mail.receive(inbox, "receive_model_share", (exchange,), sender, sealed)
 
     async def coded_embedding(
         self, exchange: int, positions: torch.Tensor, delay_s: float
@@ -260,18 +241,10 @@ class RayFedVSParties(CodedEvaluationParties, RayParties, FedVSParties):
         self.info = self._gather([a.power_info.remote() for a in self.actors], "setup")
 
     def start_actor(self, factory, party, threads, options):
-        codec = self.codec
-        code = {
-            "num_clients": codec.num_clients,
-            "K": codec.K,
-            "T": codec.T,
-            "l_x": codec.l_x,
-            "l_w": codec.l_w,
-            "prime": codec.prime,
-            "weight_bound": codec.weight_bound,
-        }
         actor = ray.remote(FedVSPartyActor).options(**options)
-        return actor.remote(factory, party, threads, self.trust, code, self.dp)
+        return actor.remote(
+            factory, party, threads, self.trust, code_parameters(self.codec), self.dp
+        )
 
     def _gather(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
         """Every reply, in order, each taken as it arrives: a dead actor is named at once even
