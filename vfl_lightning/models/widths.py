@@ -3,7 +3,9 @@ and the allowed range instead of torch's "negative dimension"."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import torch
 
 
 def _is_width(value) -> bool:
@@ -49,3 +51,10 @@ def depth_widths(key: str, widths, num_layers, fixed: int = 0) -> list[int]:
     if needed > 0 and not widths:
         raise ValueError(f"{key} must name at least one width for party.num_layers={count}")
     return [widths[min(i, len(widths) - 1)] for i in range(needed)]
+
+
+def over_rows(fused: torch.Tensor, model: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``model`` on the rows of ``fused`` (..., in_features): leading dimensions (a zeroth-order
+    query's stacked batches) are flattened into one batch and restored on the output."""
+    rows = model(fused.reshape(-1, fused.shape[-1]))
+    return rows.reshape(*fused.shape[:-1], *rows.shape[1:])
