@@ -117,14 +117,17 @@ def test_split_resnet18_body_reassembles_side_by_side_slices():
 )
 def test_heads_take_stacked_batches(build, width):
     """A zeroth-order query evaluates the head on (K, B, in) stacked batches: each of the K
-    batches gives what the head gives on it alone (eval mode: batch norm by running stats)."""
+    batches gives what the head gives on it alone, in training mode too (its own batch-norm
+    statistics, not those of all K batches together)."""
     torch.manual_seed(0)
-    head = build().eval()
+    head = build()
     stacked = torch.randn(3, 4, width)
-    out = head(stacked)
-    assert out.shape == (3, 4, 5)
-    for k in range(3):
-        torch.testing.assert_close(out[k], head(stacked[k]))
+    for mode in (head.train, head.eval):
+        mode()
+        out = head(stacked)
+        assert out.shape == (3, 4, 5)
+        for k in range(3):
+            torch.testing.assert_close(out[k], head(stacked[k]))
 
 
 def test_zeroth_order_evaluation_leaves_batch_norm_statistics_alone():

@@ -54,7 +54,9 @@ def depth_widths(key: str, widths, num_layers, fixed: int = 0) -> list[int]:
 
 
 def over_rows(fused: torch.Tensor, model: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """``model`` on the rows of ``fused`` (..., in_features): leading dimensions (a zeroth-order
-    query's stacked batches) are flattened into one batch and restored on the output."""
-    rows = model(fused.reshape(-1, fused.shape[-1]))
-    return rows.reshape(*fused.shape[:-1], *rows.shape[1:])
+    """``model`` on ``fused`` (..., B, in_features): stacked batches (a zeroth-order query's
+    candidates, shape (K, B, in)) one by one, each its own batch (its own batch-norm statistics
+    in training mode), the outputs stacked again."""
+    if fused.dim() <= 2:
+        return model(fused)
+    return torch.stack([over_rows(batch, model) for batch in fused])
