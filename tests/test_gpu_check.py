@@ -4,6 +4,7 @@ field's matrix product uses no integer matrix product (which CUDA lacks) and is 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -51,7 +52,9 @@ def test_cpu_mode_trains_every_family(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     for family in gpu_check.FAMILIES:
-        assert f"{family}: 10 steps, test acc" in out
+        # an asynchronous batch holds several server iterations, so a run may pass 10 steps
+        steps = re.search(rf"^{family}: (\d+) steps, test acc", out, re.MULTILINE)
+        assert steps is not None and int(steps.group(1)) >= 10, out
     assert "steps/s on cpu" in out
 
 
