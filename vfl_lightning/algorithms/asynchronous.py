@@ -148,6 +148,10 @@ class HybridVFL(VFLModule):
         self.refreshes = 0
         self.last_ages: torch.Tensor | None = None
 
+    def transport_options(self) -> dict:
+        """The parties answer the family's calls (initial pass, refreshes, messages, answers)."""
+        return {"asynchronous": True}
+
     @property
     def passes(self) -> bool:
         """Whether each batch goes through every client in turn (asynchronous client passes)."""
