@@ -144,21 +144,36 @@ def perturbed_outputs(
     if chain is not None:
         return chain_forward(chain, stacked_parameters(model, flat_weights), x64)
 
-    def evaluate(w):
-        return functional_call(model, unflatten_parameters(model, w), (x64,))
+    def evaluate(w, buffers):
+        return functional_call(model, {**buffers, **unflatten_parameters(model, w)}, (x64,))
 
-    return torch.func.vmap(evaluate)(flat_weights)
+    # each parameter set gets its own float64 copy of the buffers (batch-norm statistics), which
+    # the vmapped forward may update in place; the model's own buffers stay as they are
+    buffers = {
+        name: b.detach()
+        .to(torch.float64 if b.is_floating_point() else b.dtype)
+        .expand(len(flat_weights), *b.shape)
+        .clone()
+        for name, b in model.named_buffers()
+    }
+    return torch.func.vmap(evaluate)(flat_weights, buffers)
 
 
 def evaluate_at(
     model: nn.Module, parameters: dict[str, torch.Tensor], x: torch.Tensor
 ) -> torch.Tensor:
     """``model(x)`` with ``parameters`` (by name) in place of its own: ``functional_call``, or the
-    same computation without its module traversal for fully connected models."""
+    same computation without its module traversal for fully connected models. The model's
+    buffers (batch-norm statistics) enter as copies in ``x``'s dtype, so an evaluation never
+    changes the model's state."""
     chain = linear_chain(model)
     if chain is not None:
         return chain_forward(chain, parameters, x)
-    return functional_call(model, parameters, (x,))
+    buffers = {
+        name: b.detach().to(x.dtype) if b.is_floating_point() else b.detach().clone()
+        for name, b in model.named_buffers()
+    }
+    return functional_call(model, {**buffers, **parameters}, (x,))
 
 
 def double_parameters(module: nn.Module) -> dict[str, torch.Tensor]:
