@@ -24,6 +24,7 @@ TITLES = {
     "cascade": "Cascaded hybrid optimization",
     "fedvs": "FedVS",
     "privacy": "Attacks and defenses",
+    "audit": "Privacy audit",
 }
 
 

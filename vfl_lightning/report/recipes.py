@@ -10,6 +10,7 @@ from vfl_lightning.report.aggregate import summarize
 from vfl_lightning.report.document import BASELINES, FAMILIES, Context, Panel, Section
 from vfl_lightning.report.markdown import has, table
 from vfl_lightning.report.privacy import privacy
+from vfl_lightning.report.recipe_audit import audit
 from vfl_lightning.report.recipe_cascade import ATTACKS, cascade
 from vfl_lightning.report.recipe_fedbcd import fedbcd
 from vfl_lightning.report.recipe_fedvs import fedvs
@@ -18,8 +19,11 @@ from vfl_lightning.report.runs import ReportError, Run
 
 
 def choose_recipe(runs: Sequence[Run]) -> str | None:
-    """The recipe for the algos present (FedVS, FedBCD, cascade, PBM in that priority)."""
+    """The recipe for the runs: audit when they ran one, else by the algos present (FedVS,
+    FedBCD, cascade, PBM in that priority)."""
     algos = {run.algo for run in runs}
+    if any(key.startswith("audit/") for run in runs for key in run.results):
+        return "audit"
     if any(key in run.results for run in runs for key in ATTACKS):
         return "cascade"
     for name in ("fedvs", "fedbcd", "cascade"):
@@ -38,6 +42,13 @@ def check_recipe(recipe: str, runs: Sequence[Run]) -> None:
                 "--recipe privacy needs runs with an attack (train.py attack=feature_reconstruction, "
                 "norm_scoring, direction_scoring, model_completion or label_inference); these "
                 "runs ran none"
+            )
+        return
+    if recipe == "audit":
+        if not any(key.startswith("audit/") for run in runs for key in run.results):
+            raise ReportError(
+                "--recipe audit needs runs with an audit (train.py audit=canary or "
+                "audit=canary_sample); these runs ran none"
             )
         return
     algos = sorted({run.algo for run in runs})
@@ -103,4 +114,5 @@ BUILDERS: dict[str, Callable[[Context], Section]] = {
     "cascade": cascade,
     "fedvs": fedvs,
     "privacy": privacy,
+    "audit": audit,
 }

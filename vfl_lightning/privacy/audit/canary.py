@@ -49,11 +49,13 @@ class CanaryAuditor:
         self.counts.index_add_(0, slots[hit], torch.ones_like(slots[hit]))
 
     def scores(self) -> np.ndarray:
-        """One score per canary after the known ones (> 0: coin 1; NaN: never observed)."""
-        if self.sums is None:
-            return np.full(len(self.canary_ids) - len(self.known_coins), np.nan)
-        means = (self.sums / self.counts[:, None]).numpy()  # 0/0 = NaN: never observed
+        """One score per canary after the known ones (> 0: coin 1; NaN: never observed, or no
+        guess at all while the known canaries observed so far do not show both coins)."""
         known = len(self.known_coins)
+        seen = set(self.known_coins[self.counts[:known] > 0].tolist())
+        if self.sums is None or seen != {0, 1}:
+            return np.full(len(self.canary_ids) - known, np.nan)
+        means = (self.sums / self.counts[:, None]).numpy()  # 0/0 = NaN: never observed
         return linear_scores(
             known_releases=means[:known],
             known_coins=self.known_coins.numpy(),
