@@ -58,6 +58,24 @@ def test_explicit_and_views_cover_every_column_once():
     assert [s.shape for s in slices] == [(2,), (5,), (3,)]
 
 
+def test_views_group_whole_views_when_parties_are_fewer_than_views():
+    slices = make_partition("views", (17 * 3,), 5, view_sizes=[3] * 17)
+    assert _covered(slices, 51)
+    assert [s.shape for s in slices] == [(12,), (12,), (9,), (9,), (9,)]
+    assert list(slices[2].index) == list(range(24, 33))
+
+
+def test_views_of_image_channels_keep_the_image_shape():
+    views = np.arange(12 * 4 * 4).reshape(12, 4, 4)
+    slices = make_partition("views", views.shape, 6, view_sizes=[1] * 12)
+    assert [s.shape for s in slices] == [(2, 4, 4)] * 6
+    flat = views.reshape(-1)
+    np.testing.assert_array_equal(flat[slices[3].index].reshape(2, 4, 4), views[6:8])
+    assert [s.shape for s in make_partition("views", views.shape, 12, view_sizes=[1] * 12)] == [
+        (1, 4, 4)
+    ] * 12
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -103,6 +121,14 @@ def test_explicit_and_views_cover_every_column_once():
             r"one column list per party \(3\), got 2",
         ),
         (dict(kind="views", feature_shape=(4,), num_parties=2), "needs a multi-view dataset"),
+        (
+            dict(kind="views", feature_shape=(4,), num_parties=3, view_sizes=[2, 2]),
+            r"1 <= num_parties <= number of views \(2\), got 3",
+        ),
+        (
+            dict(kind="views", feature_shape=(3, 4, 4), num_parties=2, view_sizes=[1, 1]),
+            r"view sizes \[1, 1\] do not add up to 3 channels",
+        ),
     ],
 )
 def test_bad_partitions_raise_clear_errors(kwargs, message):

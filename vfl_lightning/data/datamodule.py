@@ -91,6 +91,11 @@ class VerticalDataModule(L.LightningDataModule):
     ``party_shapes`` lists the other ``num_parties - 1`` (the parties on the wire) and
     ``server_shape`` the server's own; batches still carry all ``num_parties`` slices, the server's
     last. ``binary=True`` turns a multi-class dataset into a binary task (:func:`binary_view`).
+
+    Splits: a dataset with an official test split keeps it as the test split, and ``val_fraction``
+    is the share of its official training rows held out for validation (``test_fraction`` is
+    unused). Otherwise ``test_fraction`` and ``val_fraction`` are shares of all rows: the test rows
+    are drawn first, the validation rows from the rest (both stratified, seeded).
     """
 
     def __init__(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from vfl_lightning.data import images, tables
+from vfl_lightning.data import images, licensed, multiview, tables
 from vfl_lightning.data.raw import RawDataset
 
 
@@ -70,6 +70,11 @@ LOADERS: dict[str, Callable[..., RawDataset]] = {
     "parkinson": tables.load_parkinson,
     "parkinson_small": tables.load_parkinson_small,
     "mfeat": tables.load_mfeat,
+    "modelnet10": multiview.load_modelnet10,
+    "caltech7": multiview.load_caltech7,
+    "nus_wide": multiview.load_nus_wide,
+    "imagenet100": licensed.load_imagenet100,
+    "mimic3": licensed.load_mimic3,
 }
 
 

@@ -14,10 +14,12 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from vfl_lightning.errors import RunFailure
 
@@ -200,6 +202,19 @@ def ensure_file(remote: RemoteFile, folder: Path) -> Path:
         return path
     download(remote, path)
     return path
+
+
+def load_or_build(path: Path, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Arrays cached in ``path`` (``.npz``), built by ``build()`` and written atomically on first
+    use. Slow sources (thousands of images or CSVs) are decoded once; delete the file to rebuild."""
+    if path.exists():
+        with np.load(path) as cached:
+            return {key: cached[key] for key in cached.files}
+    arrays = build()
+    with atomic_writer(path) as handle:
+        np.savez(handle, **arrays)
+    print(f"vfl_lightning: cached the decoded data in {path}", file=sys.stderr)
+    return arrays
 
 
 def packaged_file(dataset: str, package: str, *parts: str) -> Path:

@@ -127,3 +127,17 @@ def read_zip_member(archive: Path | bytes, suffix: str, source: str | None = Non
     if suffix not in found:
         raise FileNotFoundError(f"{source or archive} has no member ending with {suffix!r}")
     return found[suffix]
+
+
+def read_picture(data: bytes, size: int, mode: str, source: str) -> np.ndarray:
+    """A PNG/JPEG image as uint8 ``(C, size, size)``: converted to ``mode`` (``"L"`` grey, ``"RGB"``)
+    and resized (bilinear) to ``size`` x ``size``."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            picture = image.convert(mode).resize((size, size), Image.Resampling.BILINEAR)
+    except (UnidentifiedImageError, OSError) as error:
+        raise ValueError(f"{source} is not a readable image ({error})") from error
+    array = np.asarray(picture, dtype=np.uint8)
+    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)

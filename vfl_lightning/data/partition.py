@@ -137,21 +137,33 @@ def explicit(
 def views(
     feature_shape: Sequence[int], num_parties: int, view_sizes: Sequence[int] | None
 ) -> list[PartySlice]:
-    """One view of multi-view data per party (views are contiguous column blocks)."""
+    """Whole views of multi-view data per party: contiguous groups of views whose counts differ by
+    at most one (one view each when ``num_parties`` equals the number of views).
+
+    Views are contiguous blocks of columns (tables, ``(F,)``) or of channels (images, ``(C, H, W)``:
+    ``view_sizes`` counts channels and a party's slice keeps its image shape ``(c, H, W)``).
+    """
     if not view_sizes:
         raise ValueError("partition 'views' needs a multi-view dataset (this dataset has no views)")
-    if num_parties != len(view_sizes):
+    if not isinstance(num_parties, (int, np.integer)) or not 1 <= num_parties <= len(view_sizes):
         raise ValueError(
-            f"partition 'views' needs num_parties == number of views ({len(view_sizes)}), got {num_parties}"
+            f"partition 'views' needs 1 <= num_parties <= number of views ({len(view_sizes)}), "
+            f"got {num_parties!r}"
         )
-    num_features = int(np.prod(feature_shape))
-    if sum(view_sizes) != num_features:
-        raise ValueError(f"view sizes {list(view_sizes)} do not add up to {num_features} features")
-    bounds = np.cumsum([0, *view_sizes])
-    return [
-        PartySlice(np.arange(lo, hi), (int(hi - lo),))
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
-    ]
+    image = len(feature_shape) == 3
+    width = int(feature_shape[0]) if image else int(np.prod(feature_shape))
+    if sum(view_sizes) != width:
+        unit = "channels" if image else "features"
+        raise ValueError(f"view sizes {list(view_sizes)} do not add up to {width} {unit}")
+    view_bounds = np.cumsum([0, *view_sizes])
+    group_bounds = np.cumsum([0, *_block_sizes(len(view_sizes), num_parties)])
+    flat = np.arange(int(np.prod(feature_shape))).reshape(width, -1)
+    slices = []
+    for first, last in zip(group_bounds[:-1], group_bounds[1:], strict=True):
+        block = flat[view_bounds[first] : view_bounds[last]]
+        shape = (len(block), *feature_shape[1:]) if image else (block.size,)
+        slices.append(PartySlice(block.reshape(-1), tuple(int(s) for s in shape)))
+    return slices
 
 
 def feature_importance(
