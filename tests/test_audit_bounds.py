@@ -71,8 +71,8 @@ def test_randomized_response_soundness_is_exact_and_tight():
 
 
 def test_gaussian_soundness_over_repeated_audits():
-    """200 audits of 200 canaries each, Gaussian mechanism σ = 2 (ε = 4.38 at δ = 1e-5, the σ of
-    those tried where the bound comes closest to ε). A valid bound exceeds ε in at most 5 % of
+    """200 audits of 200 canaries each, Gaussian mechanism σ = 2 (ε = 4.38 at δ = 1e-5). A valid
+    bound exceeds ε in at most 5 % of
     audits; the test allows 24 of 200 (12 %): if each audit independently exceeded ε with
     probability exactly 5 %, the test would fail with probability P[Binomial(200, 0.05) > 24]
     = 2.6e-5. Measured: 0 of 200 exceed ε (largest bound 1.67)."""
@@ -88,7 +88,7 @@ def test_gaussian_soundness_over_repeated_audits():
 
 def test_gaussian_power_where_epsilon_is_large():
     """With 10^4 canaries the bound comes within a factor 3 of the analytic ε: σ = 2 (ε = 4.38)
-    and σ = 1 (ε = 10.0) give 1.88 and 3.54 (factors 2.3 and 2.8); it cannot pass ln(10^4/3)."""
+    and σ = 1 (ε = 10.0) give 2.00 and 3.74 (factors 2.2 and 2.7); it cannot pass ln(10^4/3)."""
     rng = np.random.default_rng(1)
     for sigma in (2.0, 1.0):
         eps = gaussian_epsilon(sigma, DELTA)
