@@ -12,6 +12,8 @@ from hydra.utils import instantiate
 from vfl_lightning.algorithms import HybridVFL
 from vfl_lightning.algorithms.zoo import (
     client_query,
+    double_parameters,
+    evaluate_at,
     flat_parameters,
     sample_directions,
     two_point_estimate,
@@ -234,6 +236,9 @@ def test_cascade_beats_zoo_vfl_on_digits_after_the_same_epochs(make_cfg):
         ({"epoch": "batches"}, r"algo.epoch must be one of \('client_pass', 'server_iterations'\)"),
         ({"max_staleness": -1}, r"algo.max_staleness must be an integer >= 0 .* got -1"),
         ({"max_staleness": 2.5}, r"algo.max_staleness must be an integer >= 0 .* got 2.5"),
+        ({"server_lr": 0}, r"^algo.server_lr must be a finite number > 0 or null, got 0$"),
+        ({"server_lr": "x"}, r"^algo.server_lr must be a finite number > 0 or null, got 'x'$"),
+        ({"max_simulated_s": 0}, r"^algo.max_simulated_s must be > 0 or null, got 0$"),
         (
             {"activation_order": [0, 0, 1]},
             r"every client exactly once with algo.epoch=client_pass .* got \[0, 0, 1\]",
@@ -309,3 +314,95 @@ def test_resume_two_plus_two_epochs_equals_four_with_table_and_activations(make_
     assert torch.equal(a["async"]["table"]["written_at"], b["async"]["table"]["written_at"])
     for col_a, col_b in zip(a["async"]["table"]["columns"], b["async"]["table"]["columns"]):
         assert torch.equal(col_a, col_b)
+
+
+def test_server_lr_sets_the_head_step_alone(make_cfg):
+    """algo.server_lr: one first-order server iteration moves the head twice as far at twice the
+    server lr, and the client's step (from the same dL/dc, computed before the server's update)
+    is bit-identical; null keeps the clients' lr for the head."""
+
+    def first_step(*extra):
+        cfg = make_cfg(
+            "experiment=cascade_digits",
+            "algo=vafl",
+            "algo.epoch=server_iterations",
+            "trainer.max_steps=1",
+            *extra,
+        )
+        L.seed_everything(0)
+        datamodule, module = build(cfg)
+        head_before = [p.detach().clone() for p in module.head.parameters()]
+        trainer = instantiate(cfg.trainer, logger=False, enable_checkpointing=False, callbacks=[])
+        trainer.fit(module, datamodule=datamodule)
+        parties, server = module.split_optimizers()
+        lrs = {g["lr"] for o in parties for g in o.optimizer.param_groups}
+        moved = [a - b for a, b in zip(module.head.parameters(), head_before, strict=True)]
+        party_state = [p.detach().clone() for p in module.parties.parameters()]
+        return lrs, server.optimizer.param_groups[0]["lr"], moved, party_state
+
+    lrs, server_lr, moved, parties = first_step()
+    assert lrs == {0.02} and server_lr == 0.02
+    lrs2, server_lr2, moved2, parties2 = first_step("algo.server_lr=0.04")
+    assert lrs2 == {0.02} and server_lr2 == 0.04
+    assert any(m.abs().max() > 0 for m in moved)
+    for a, b in zip(moved, moved2, strict=True):
+        torch.testing.assert_close(b, 2 * a, rtol=1e-4, atol=1e-7)
+    for a, b in zip(parties, parties2, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("algo", ["vafl", "npq"])
+def test_max_simulated_s_stops_a_run_on_the_clock(make_cfg, algo):
+    """algo.max_simulated_s (every protocol; the FedVS family's own tests cover it there) ends a
+    vafl or npq run under FedVS's stragglers at the first step that reaches it, long before the
+    epoch's end."""
+    experiment = ["experiment=cascade_digits"] if algo == "vafl" else []
+    cfg = make_cfg(
+        *experiment,
+        f"algo={algo}",
+        "+algo.max_simulated_s=5" if algo == "npq" else "algo.max_simulated_s=5",
+        "network=fedvs",
+        "trainer.max_epochs=1",
+        "trainer.limit_val_batches=1",
+        "test=false",
+        "callbacks.checkpoint=null",
+    )
+    L.seed_everything(0)
+    datamodule, module = build(cfg)
+    times = []
+
+    class Clock(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            times.append(pl_module.wire.clock.now)
+
+    trainer = instantiate(
+        cfg.trainer, logger=False, enable_checkpointing=False, callbacks=[Clock()]
+    )
+    trainer.fit(module, datamodule=datamodule)
+    assert times[-1] >= 5.0 and all(t < 5.0 for t in times[:-1])
+    assert len(times) < len(datamodule.train_dataloader())
+
+
+def test_a_query_leaves_the_heads_batch_norm_statistics_alone():
+    """double_parameters copies the running statistics too: a float64 query through a
+    batch-norm head neither fails on the float32 buffers nor moves them."""
+    head = torch.nn.Sequential(torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 3)).train()
+    before = head[0].running_mean.clone()
+    x = torch.randn(2, 5, 4, dtype=torch.float64)
+    logits = evaluate_at(head, double_parameters(head), x[0])
+    assert logits.dtype == torch.float64 and torch.equal(head[0].running_mean, before)
+
+
+def test_split_resnet_body_scores_stacked_candidates_as_separate_batches():
+    """head=resnet18_body on a query's stacked candidates (K, B, F) gives each candidate the
+    logits (batch statistics included) it gets alone."""
+    from vfl_lightning.models import ResNet18Body
+
+    torch.manual_seed(0)
+    body = ResNet18Body(8 * 8 * 8, 3, channels=8, height=8).train()
+    stacked = torch.randn(2, 4, 8 * 8 * 8)
+    with torch.no_grad():
+        together = body(stacked)
+        alone = torch.stack([body(stacked[0]), body(stacked[1])])
+    assert together.shape == (2, 4, 3)
+    assert torch.equal(together, alone)

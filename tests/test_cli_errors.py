@@ -107,7 +107,7 @@ BATTERY = [
     ),
     (
         ["party=cnn", "party.channels=[16,-1]"],
-        r"^party.channels \(two conv layers\) must be 2 integers >= 1, got \[16, -1\]$",
+        r"^party.channels must be a list of integers >= 1, got \[16, -1\]$",
     ),
     (
         ["data.val_fraction=0"],
@@ -118,7 +118,10 @@ BATTERY = [
         ["data.val_fraction=0", "optimized_metric=null", "target.value=0.9"],
         r"^data.val_fraction=0 leaves no validation split, but target.metric=val/acc needs one",
     ),
-    (["mechanism.fusion=prod"], r"^fusion must be one of \('sum', 'mean', 'concat'\), got 'prod'$"),
+    (
+        ["mechanism.fusion=prod"],
+        r"^fusion must be one of \('sum', 'mean', 'concat', 'max'\), got 'prod'$",
+    ),
     (
         ["callbacks.checkpoint.every_n_train_steps=0"],
         r"^callbacks.checkpoint.every_n_train_steps must be an integer >= 1 or null, got 0$",

@@ -130,3 +130,14 @@ def test_config_splits_as_the_paper_on_the_real_rows(make_cfg, name):
     if not REAL[name]():
         pytest.skip(f"data={name} is not installed here (`make data` installs it)")
     assert_paper_split(instantiate(make_cfg(f"data={name}").data), PAPER_SPLITS[name])
+
+
+def test_a_split_too_small_for_every_class_is_drawn_unstratified(monkeypatch):
+    """40 rows of 10 classes, 10 % validation: 4 rows cannot hold every class, so that split is
+    drawn at random instead of stopping in scikit-learn."""
+    raw = RawDataset("stand_in", np.zeros((50, 4)), np.arange(50) % 10, 10, np.arange(40, 50))
+    monkeypatch.setattr(datamodule_module, "load_dataset", lambda *args, **kwargs: raw)
+    dm = datamodule_module.VerticalDataModule("stand_in", 2, "even", val_fraction=0.1)
+    assert [len(dm.splits[s]) for s in ("train", "val", "test")] == [36, 4, 10]
+    stratified = datamodule_module.VerticalDataModule("stand_in", 2, "even", val_fraction=0.25)
+    assert np.bincount(stratified.splits["val"].y.numpy(), minlength=10).tolist() == [1] * 10

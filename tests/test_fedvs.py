@@ -75,7 +75,7 @@ def _snapshots(make_cfg, algo, l_x, l_w, steps=6):
     cfg = make_cfg(
         *DIGITS,
         f"algo={algo}",
-        "party.degree=1",
+        "party.num_layers=1",
         "head=linear",
         "~head.hidden",  # smooth in the embedding: no ReLU kink turns a tiny error into a jump
         f"algo.l_x={l_x}",
@@ -188,7 +188,7 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
         (["algo.T=0"], r"algo.T must be an integer >= 1, got 0: with T = 0 the data shares"),
         (["algo.T=-1"], r"algo.T must be an integer >= 1, got -1"),
         (
-            ["party=mlp", "~party.degree"],
+            ["party=mlp", "~party.num_layers"],
             r"needs polynomial-network parties \(party=pn\), got MLPEncoder",
         ),
         (["mechanism.fusion=sum"], r"mechanism.fusion must be 'mean', got 'sum'"),

@@ -122,7 +122,7 @@ def test_segmented_datamodule_batches_and_errors():
 def test_codec_decodes_the_average_of_all_clients_from_any_responders():
     gen = torch.Generator().manual_seed(0)
     N, K, T, rows = 6, 2, 1, 40
-    models = [PolynomialNetwork((3,), embedding_dim=4, degree=2) for _ in range(N)]
+    models = [PolynomialNetwork((3,), embedding_dim=4, num_layers=2) for _ in range(N)]
     xs = [torch.randn(rows, 3, generator=gen) for _ in range(N)]
     codec = FedVSCodec(N, K, T, l_x=10, l_w=8, weight_bound=1.0)
     codec.check(xs, [2] * N)

@@ -37,7 +37,7 @@ def _protocol(N, K, T, D, *, l_x=8, l_w=8, prime=DEFAULT_PRIME, seed=0, samples_
     gen = torch.Generator().manual_seed(seed)
     code = LagrangeCode(N, K, T, prime)
     widths = [int(w) for w in torch.randint(1, 5, (N,), generator=gen)]
-    models = [PolynomialNetwork((w,), embedding_dim=3, degree=D) for w in widths]
+    models = [PolynomialNetwork((w,), embedding_dim=3, num_layers=D) for w in widths]
     for model in models:
         with torch.no_grad():
             model.weight.uniform_(-1.0, 1.0, generator=gen)
@@ -306,13 +306,13 @@ def test_bad_code_parameters_are_refused():
         code.decoding_matrix([0, 1, 2, 2, 3])
     with pytest.raises(ValueError, match="encode_data needs K=2 segments, got 3"):
         code.encode_data(torch.zeros(3, 1, 1, dtype=torch.long))
-    with pytest.raises(ValueError, match="party.degree must be an integer >= 1, got 0"):
-        PolynomialNetwork((4,), degree=0)
+    with pytest.raises(ValueError, match="party.num_layers must be an integer >= 1, got 0"):
+        PolynomialNetwork((4,), num_layers=0)
 
 
 def test_polynomial_network_is_eq1_with_absorbed_bias():
     gen = torch.Generator().manual_seed(0)
-    model = PolynomialNetwork((2, 3), embedding_dim=4, degree=3)
+    model = PolynomialNetwork((2, 3), embedding_dim=4, num_layers=3)
     x = torch.randn(5, 2, 3, generator=gen)
     flat = x.reshape(5, 6)
     w = model.weight.detach()

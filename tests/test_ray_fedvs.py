@@ -79,7 +79,7 @@ def test_decodes_exactly_from_the_first_R_arrivals_never_the_straggler(ray_fedvs
     load_actor_states(parties, on_grid(saved, codec.l_w))
     N, p = module.num_parties, codec.prime
     train_xs = party_columns(cfg, module.num_parties, "train")
-    power = [PolynomialNetwork(x.shape[1:], degree=2).power_features(x) for x in train_xs]
+    power = [PolynomialNetwork(x.shape[1:], num_layers=2).power_features(x) for x in train_xs]
     weights = [w for name, w in actor_parameters(parties) if name.endswith("weight")]
     quantized_x = [quantize(f, codec.l_x, p) for f in power]
     quantized_w = [quantize(w, codec.l_w, p) for w in weights]
@@ -155,7 +155,7 @@ def test_evaluation_decodes_the_average_from_coded_embeddings_exactly(ray_fedvs)
         total = torch.zeros(len(idx), 16, dtype=torch.long)
         plain = torch.zeros(len(idx), 16)
         for x, w in zip(val_xs, weights, strict=True):
-            power = PolynomialNetwork(x.shape[1:], degree=2).power_features(x[idx])
+            power = PolynomialNetwork(x.shape[1:], num_layers=2).power_features(x[idx])
             product = field_matmul(
                 quantize(power, codec.l_x, codec.prime), quantize(w, 8, codec.prime), codec.prime
             )
@@ -270,7 +270,7 @@ def test_wait_dp_clients_add_the_calibrated_noise_themselves(ray_session, tmp_pa
         noisy = parties.eval_embeddings(xs, idx, "val")
         assert parties.clean_embeddings(xs) is None
         for x, w, h in zip(xs, weights, noisy, strict=True):
-            clean = PolynomialNetwork(x.shape[1:], degree=2).power_features(x) @ w
+            clean = PolynomialNetwork(x.shape[1:], num_layers=2).power_features(x) @ w
             residual = h - privatize_embedding(clean, clip=dp.clip, sigma=0.0, generator=None)
             # 256 x 16 draws of N(0, sigma^2): the sample std is within 5% of sigma
             assert abs(float(residual.std()) / dp.sigma - 1) < 0.05

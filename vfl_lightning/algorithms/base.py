@@ -9,7 +9,9 @@ rounds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +45,10 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
 
     Subclasses implement :meth:`training_step` (the protocol). ``optimizer`` is a partial torch
     optimizer (Hydra ``_partial_: true``) completed with each party's and the head's parameters;
-    ``server_optimizer`` overrides it for the head.
+    ``server_optimizer`` overrides it for the head, and ``server_lr`` (``algo.server_lr``; None:
+    the optimizer's lr) sets the head's learning rate alone (the server's η0 beside the parties' η).
+    ``max_simulated_s`` (``algo.max_simulated_s``; None: never) ends training after the first
+    training step at which the simulated clock has reached it.
 
     Active party (``server_party``): the label holder also holds features. Its party model embeds
     the last slice of every batch, and that fresh embedding joins the fusion at the server
@@ -81,6 +86,8 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         *,
         name: str = "vfl",
         server_optimizer: OptimizerFactory | None = None,
+        server_lr: float | None = None,
+        max_simulated_s: float | None = None,
         seed: int = 0,
         network: Network | None = None,
         transcript_size: int = 0,
@@ -114,6 +121,19 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         self.mechanism = mechanism
         self.optimizer_factory = optimizer
         self.server_optimizer_factory = server_optimizer or optimizer
+        if server_lr is not None:
+            if isinstance(server_lr, bool) or not (
+                isinstance(server_lr, int | float) and math.isfinite(server_lr) and server_lr > 0
+            ):
+                raise ValueError(
+                    f"algo.server_lr must be a finite number > 0 or null, got {server_lr!r}"
+                )
+            self.server_optimizer_factory = partial(
+                self.server_optimizer_factory, lr=float(server_lr)
+            )
+        if max_simulated_s is not None and not max_simulated_s > 0:
+            raise ValueError(f"algo.max_simulated_s must be > 0 or null, got {max_simulated_s}")
+        self.max_simulated_s = max_simulated_s
         self.num_classes = int(num_classes)
         self.seed = int(seed)
         if party_widths is None:
@@ -145,6 +165,11 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         self.run_config: dict | None = None
         self.party_side: Parties = LocalParties(self)
         self._plain_server_steps = False
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(outputs, batch, batch_idx)
+        if self.max_simulated_s is not None and self.wire.clock.now >= self.max_simulated_s:
+            self.trainer.should_stop = True
 
     def attach_parties(self, party_side: Parties) -> None:
         """Reach the parties through ``party_side`` (e.g. Ray actors, which hold the party

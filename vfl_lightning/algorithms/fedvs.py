@@ -83,7 +83,6 @@ class FedVSFamily(VFLModule):
         weight_bound: float = 4.0,
         deadline_s: float | None = None,
         on_shortfall: str = "raise",
-        max_simulated_s: float | None = None,
         dp: WaitDP | None = None,
         **kwargs,
     ) -> None:
@@ -94,9 +93,8 @@ class FedVSFamily(VFLModule):
             raise ValueError(
                 f"algo.on_shortfall must be one of {SHORTFALL_POLICIES}, got {on_shortfall!r}"
             )
-        for label, value in (("deadline_s", deadline_s), ("max_simulated_s", max_simulated_s)):
-            if value is not None and not value > 0:
-                raise ValueError(f"algo.{label} must be > 0 or null, got {value}")
+        if deadline_s is not None and not deadline_s > 0:
+            raise ValueError(f"algo.deadline_s must be > 0 or null, got {deadline_s}")
         if (strategy == "wait_dp") != (dp is not None):
             raise ValueError(
                 "algo.dp (the Wait-DP noise) must be set exactly when algo.strategy=wait_dp "
@@ -117,7 +115,6 @@ class FedVSFamily(VFLModule):
         self.weight_bound = float(weight_bound)
         self.deadline_s = deadline_s
         self.on_shortfall = on_shortfall
-        self.max_simulated_s = max_simulated_s
         self.dp = dp
         self.val_curve: list[tuple[int, float, float]] = []
         self.shortfall_rounds = 0
@@ -192,8 +189,6 @@ class FedVSFamily(VFLModule):
         self.log_train_step(loss, logits, y)
         if self.is_log_step():
             self.log("time/simulated_s", self.wire.clock.now, on_step=True, on_epoch=False)
-        if self.max_simulated_s is not None and self.wire.clock.now >= self.max_simulated_s:
-            self.trainer.should_stop = True
         return loss
 
     def _draw_delays(self) -> tuple[np.ndarray, np.ndarray]:

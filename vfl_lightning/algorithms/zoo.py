@@ -162,8 +162,12 @@ def evaluate_at(
 
 
 def double_parameters(module: nn.Module) -> dict[str, torch.Tensor]:
-    """The module's parameters as detached float64 copies, by name."""
-    return {name: p.detach().double() for name, p in module.named_parameters()}
+    """The module's parameters and floating-point buffers (batch-norm running statistics) as
+    detached float64 copies, by name: a query evaluated with them leaves the module's own
+    buffers untouched."""
+    tensors = dict(module.named_parameters())
+    tensors |= {name: b for name, b in module.named_buffers() if b.is_floating_point()}
+    return {name: t.detach().double() for name, t in tensors.items()}
 
 
 def batch_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

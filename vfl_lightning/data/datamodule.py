@@ -222,7 +222,10 @@ class VerticalDataModule(L.LightningDataModule):
             return rows, rows[:0]
         labels = y[rows]
         _, counts = np.unique(labels, return_counts=True)
-        stratify = labels if counts.min() >= 2 else None
+        # stratifying needs two rows of every class and room for every class on both sides
+        held_out = int(np.ceil(fraction * len(rows)))
+        room = min(held_out, len(rows) - held_out) >= len(counts)
+        stratify = labels if counts.min() >= 2 and room else None
         return train_test_split(rows, test_size=fraction, random_state=seed, stratify=stratify)
 
     def _scaling_stats(self, x_train: np.ndarray, is_image: bool):

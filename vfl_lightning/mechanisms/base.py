@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-FUSIONS = ("sum", "mean", "concat")
+FUSIONS = ("sum", "mean", "concat", "max")
 
 RELEASE_STREAMS = ("train", "val", "test", "sanity", "predict")
 """Release streams: training rounds, and one stream per evaluation stage (the sanity check and
@@ -52,10 +52,22 @@ def check_fusion(fusion: str) -> str:
     return fusion
 
 
+def max_winners(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """For element-wise max fusion: per element, the index of the party whose value is the
+    maximum (the lowest index among ties, as ``torch.argmax`` documents)."""
+    return torch.stack([t.detach() for t in tensors]).argmax(0)
+
+
 def fuse_tensors(tensors: Sequence[torch.Tensor], fusion: str) -> torch.Tensor:
-    """Sum, mean or concatenation (last dimension) of the party tensors."""
+    """Sum, mean, element-wise maximum or concatenation (last dimension) of the party tensors.
+
+    The maximum is a gather at :func:`max_winners`, so autograd sends each element's gradient to
+    the one party that won it (a subgradient of max; ties go to the lowest party index)."""
     if fusion == "concat":
         return torch.cat(list(tensors), dim=-1)
+    if fusion == "max":
+        stacked = torch.stack(list(tensors))
+        return stacked.gather(0, max_winners(tensors).unsqueeze(0)).squeeze(0)
     total = torch.stack(list(tensors)).sum(0)
     return total / len(tensors) if fusion == "mean" else total
 
@@ -64,16 +76,29 @@ def join_own_embedding(
     fused: torch.Tensor, own: torch.Tensor, fusion: str, num_senders: int
 ) -> torch.Tensor:
     """The fusion of ``num_senders`` received embeddings extended by the server's own embedding
-    (an active label holder's features), as if it were one more party: sum, mean or concat."""
-    if fusion == "concat":
-        return torch.cat([fused, own], dim=-1)
+    (an active label holder's features), as if it were one more party: sum, mean, max or concat
+    (under max the received fusion wins ties, as the lower party indices do)."""
+    if fusion in ("concat", "max"):
+        return fuse_tensors([fused, own], fusion)
     if fusion == "mean":
         return (fused * num_senders + own) / (num_senders + 1)
     return fused + own
 
 
-def split_gradient(grad: torch.Tensor, fusion: str, widths: Sequence[int]) -> list[torch.Tensor]:
-    """The gradient each party's embedding receives from dL/d(fused) under ``fusion``."""
+def split_gradient(
+    grad: torch.Tensor,
+    fusion: str,
+    widths: Sequence[int],
+    winners: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
+    """The gradient each party's embedding receives from dL/d(fused) under ``fusion``. Under max,
+    party m receives the gradient where it won (``winners``, from :func:`max_winners`) and zero
+    elsewhere: the subgradient that autograd gives through :func:`fuse_tensors`."""
+    if fusion == "max":
+        if winners is None:
+            raise ValueError("max fusion splits the gradient by the winners of the last fusion")
+        zero = torch.zeros((), dtype=grad.dtype, device=grad.device)
+        return [torch.where(winners == m, grad, zero) for m in range(len(widths))]
     if fusion == "concat":
         return list(torch.split(grad, list(widths), dim=-1))
     if fusion == "mean":
@@ -82,7 +107,7 @@ def split_gradient(grad: torch.Tensor, fusion: str, widths: Sequence[int]) -> li
 
 
 def fused_width(widths: Sequence[int], fusion: str) -> int:
-    """Width of the fused server input: the common width for sum/mean, the total for concat."""
+    """Width of the fused server input: the common width for sum/mean/max, the total for concat."""
     if fusion == "concat":
         return int(sum(widths))
     if len(set(widths)) != 1:
@@ -95,7 +120,8 @@ def fused_width(widths: Sequence[int], fusion: str) -> int:
 class Mechanism(ABC):
     """Party-side encoding, server-side fusion and straight-through gradients.
 
-    ``num_parties`` is M (given by ``train()`` at instantiation). ``fusion`` says how the server combines the parties (sum, mean, concat). ``apply_at_eval``
+    ``num_parties`` is M (given by ``train()`` at instantiation). ``fusion`` says how the server
+    combines the parties (sum, mean, concat; max under the plain mechanism). ``apply_at_eval``
     says whether validation and test also go through the mechanism (as a deployment would) or see
     the plain fusion of the clean embeddings. ``bits_per_element`` is the uplink width of one
     element of a message (``None``: the payload dtype's width). ``stats`` holds the last

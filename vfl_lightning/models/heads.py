@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vfl_lightning.models.widths import check_widths
@@ -45,3 +46,39 @@ class BiasHead(nn.Module):
 
     def forward(self, fused: torch.Tensor) -> torch.Tensor:
         return fused + self.bias
+
+
+class WeightNormLinear(nn.Module):
+    """A linear layer with weight normalization (Salimans & Kingma 2016): weight row i is
+    ``scale[i] * direction[i] / ||direction[i]||``. Initialized as ``nn.Linear`` (the scale is
+    the initial rows' norms, so the initial weight is the linear layer's)."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        linear = nn.Linear(in_features, out_features)
+        self.direction = nn.Parameter(linear.weight.detach().clone())
+        self.scale = nn.Parameter(linear.weight.detach().norm(dim=1))
+        self.bias = nn.Parameter(linear.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        norms = self.direction.norm(dim=1, keepdim=True)
+        return F.linear(x, self.scale[:, None] * self.direction / norms, self.bias)
+
+
+class CreditServerHead(nn.Sequential):
+    """FedVS's Credit Card server: Linear, BatchNorm, Linear, ReLU, BatchNorm, weight-normalized
+    Linear, with ``hidden`` = the two hidden widths (the paper gives none). The paper ends in a
+    sigmoid; this head returns the logits of ``num_classes`` classes, which the cross-entropy
+    loss turns into probabilities (for 2 classes, the softmax of the two logits is the sigmoid of
+    their difference)."""
+
+    def __init__(self, in_features: int, num_classes: int, hidden: Sequence[int] = (64, 32)):
+        first, second = check_widths("head.hidden (two widths)", hidden, count=2)
+        super().__init__(
+            nn.Linear(in_features, first),
+            nn.BatchNorm1d(first),
+            nn.Linear(first, second),
+            nn.ReLU(),
+            nn.BatchNorm1d(second),
+            WeightNormLinear(second, num_classes),
+        )

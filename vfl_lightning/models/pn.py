@@ -12,22 +12,22 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from vfl_lightning.models.widths import check_width
+from vfl_lightning.models.widths import check_count, check_width
 
 
 class PolynomialNetwork(nn.Module):
     """FedVS eq. 1 with the bias absorbed as a constant-1 feature (the paper's footnote 1).
 
-    ``weight`` is one (D*d + 1) x ``embedding_dim`` matrix: rows i*d..(i+1)*d-1 are W^{i+1}, the
-    last row is the bias. Inputs of any shape are flattened to d features.
+    ``num_layers`` is the paper's number of layers D, the highest power (``degree``). ``weight`` is
+    one (D*d + 1) x ``embedding_dim`` matrix: rows i*d..(i+1)*d-1 are W^{i+1}, the last row is the
+    bias. Inputs of any shape are flattened to d features.
     """
 
     def __init__(
-        self, input_shape: Sequence[int], embedding_dim: int = 16, degree: int = 1
+        self, input_shape: Sequence[int], embedding_dim: int = 16, num_layers: int = 1
     ) -> None:
         super().__init__()
-        if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
-            raise ValueError(f"party.degree must be an integer >= 1, got {degree!r}")
+        degree = check_count("party.num_layers", num_layers)
         self.input_shape = tuple(input_shape)
         self.in_features = math.prod(self.input_shape)
         self.degree = degree

@@ -26,3 +26,26 @@ def check_widths(key: str, values, count: int | None = None) -> list[int]:
             f"{key} must be {amount} integers >= 1, got {widths if widths is not None else values!r}"
         )
     return widths
+
+
+def check_count(key: str, value, minimum: int = 1) -> int:
+    """``value`` as a layer count: an integer >= ``minimum``, or a ValueError naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def depth_widths(key: str, widths, num_layers, fixed: int = 0) -> list[int]:
+    """The widths of a stack of layers from a config's width list and its depth knob
+    ``party.num_layers`` (which also counts ``fixed`` layers of no configured width, e.g. an
+    output layer): the list itself when ``num_layers`` is None, else ``num_layers - fixed`` widths
+    taken from the front of the list, its last width repeated when the list is shorter.
+    ``widths=[64]`` with 3 layers gives ``[64, 64, 64]``."""
+    widths = check_widths(key, widths)
+    if num_layers is None:
+        return widths
+    count = check_count("party.num_layers", num_layers)
+    needed = max(count - fixed, 0)
+    if needed > 0 and not widths:
+        raise ValueError(f"{key} must name at least one width for party.num_layers={count}")
+    return [widths[min(i, len(widths) - 1)] for i in range(needed)]
