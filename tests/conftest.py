@@ -158,10 +158,15 @@ def resume_against_straight(make_cfg, common, *, epochs: int, first: int):
 
 # ----------------------------------------------------------------- runtime=ray
 @pytest.fixture(scope="session")
-def ray_session():
+def ray_session(tmp_path_factory):
     """One local Ray instance with 2 CPUs for every Ray test of the session (train() joins it
-    rather than starting its own); shut down at the end."""
+    rather than starting its own); shut down at the end. The parties' machine-named root
+    (``runtime.party_dir=null``) is a folder of the session's, set before Ray starts so every
+    actor process inherits it."""
+    from vfl_lightning.runtime.party_state import PARTY_DIR_ENV
+
     ray = pytest.importorskip("ray")
+    os.environ[PARTY_DIR_ENV] = str(tmp_path_factory.mktemp("party_machines"))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
@@ -222,18 +227,31 @@ def kill_party(make_cfg, common, *, epoch: int, batch: int, party: int) -> tuple
 
 
 # ----------------------------------------------------------------- what Ray parties hold
-# The tests' view of the parties (an observer's, not the server's: the server reaches none of it).
+# The tests' view of the parties (an observer's, not the server's protocol calls: no actor method
+# returns a party's state, so the observer runs its own code in the actor through Ray's
+# ``__ray_call__``, which the driver of a Ray cluster can always do; docs/threat_model.md).
 def actor_states(party_side) -> list[dict]:
     """Every Ray party actor's state (model, optimizer, generators), read from the actors."""
     import ray
 
-    return ray.get([actor.state_dict.remote() for actor in party_side.actors])
+    from vfl_lightning.runtime.party_state import capture_party_state
+
+    def capture(actor) -> dict:  # a local function: Ray ships it by value, not as conftest's
+        return capture_party_state(actor.model, actor.optimizer, actor.generators)
+
+    return ray.get([actor.__ray_call__.remote(capture) for actor in party_side.actors])
 
 
 def load_actor_states(party_side, states: list[dict]) -> None:
     import ray
 
-    ray.get([a.load_state_dict.remote(s) for a, s in zip(party_side.actors, states, strict=True)])
+    from vfl_lightning.runtime.party_state import restore_party_state
+
+    def restore(actor, state: dict) -> None:
+        restore_party_state(state, actor.model, actor.optimizer, actor.generators)
+
+    actors = zip(party_side.actors, states, strict=True)
+    ray.get([actor.__ray_call__.remote(restore, state) for actor, state in actors])
 
 
 def actor_parameters(party_side) -> list[tuple[str, torch.Tensor]]:
@@ -245,12 +263,22 @@ def actor_parameters(party_side) -> list[tuple[str, torch.Tensor]]:
     ]
 
 
-def saved_party_states(checkpoint: dict) -> list[dict]:
-    """The states the Ray parties saved in their own directories for a server checkpoint."""
+def ray_party_dir(cfg: DictConfig) -> Path:
+    """Where the Ray parties of a run keep their directories (``runtime.party_dir``, or the root
+    their machine names: this process's environment is theirs)."""
+    from vfl_lightning.run.ray_session import party_trust
+
+    return party_trust(cfg).root()
+
+
+def saved_party_states(party_dir: Path, checkpoint: dict, num_parties: int) -> list[dict]:
+    """The states the Ray parties saved in their own directories (under ``party_dir``) for a
+    server checkpoint."""
     from vfl_lightning.runtime.party_state import load_party_state
 
-    saved = checkpoint["vfl"]["parties"]
-    folders = sorted(Path(saved["party_dir"]).glob("party_*"), key=lambda p: int(p.name[6:]))
-    states = [load_party_state(saved["party_dir"], m, saved["round"]) for m in range(len(folders))]
+    kept = checkpoint["vfl"]["parties"]
+    states = [
+        load_party_state(party_dir, m, kept["run"], kept["round"]) for m in range(num_parties)
+    ]
     assert all(state is not None for state, _ in states), states
     return [state for state, _ in states]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from conftest import CONF_DIR
@@ -24,6 +25,7 @@ from vfl_lightning import cli
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.run.config_checks import check_data_parallel
 from vfl_lightning.run.outcome import error_summary, exit_code
+from vfl_lightning.run.schema import check_schema
 from vfl_lightning.train import train
 
 ROOT = Path(CONF_DIR).parent
@@ -77,7 +79,7 @@ BATTERY = [
     (["trainer.accelerator=tpu"], r"^trainer.accelerator must be one of \('auto', .*got 'tpu'$"),
     (["optimizer.lr=-1"], r"^optimizer.lr must be a finite number >= 0, got -1$"),
     (["optimizer.lr=abc"], r"^optimizer.lr must be a finite number >= 0, got 'abc'$"),
-    (["optimizer.momentum=-0.5"], r"^optimizer.momentum must be a finite number >= 0, got -0.5$"),
+    (["optimizer.momentum=-0.5"], r"^optimizer.momentum must be a number in \[0, 1\), got -0.5$"),
     (
         ["optimizer=adam", "+optimizer.betas=[0.9,1.5]"],
         r"^optimizer.betas must be two numbers in \[0, 1\), got \[0.9, 1.5\]$",
@@ -94,9 +96,9 @@ BATTERY = [
     ),
     # the FedVS wrap-around pre-check runs in on_train_start, inside Lightning's fit
     ([*FEDVS, "algo.l_x=20"], r"^FedVS decoded sums can reach \d+ .*lower algo.l_x from 20 to"),
-    (["trainer.max_epochs=-5"], r"^`max_epochs` must be a non-negative integer or -1"),
-    (["data.batch_size=0"], r"^batch_size must be >= 1, got 0$"),
-    (["data.val_fraction=1.5"], r"^val_fraction must be in \[0, 1\), got 1.5$"),
+    (["trainer.max_epochs=-5"], r"^trainer.max_epochs must be an integer >= 1 \(or -1 with "),
+    (["data.batch_size=0"], r"^data.batch_size must be an integer >= 1, got 0$"),
+    (["data.val_fraction=1.5"], r"^data.val_fraction must be a number in \[0, 1\), got 1.5$"),
     (["party.embedding_dim=0"], r"^party.embedding_dim must be an integer >= 1, got 0$"),
     (["party.embedding_dim=-3"], r"^party.embedding_dim must be an integer >= 1, got -3$"),
     (["party.hidden=[-3]"], r"^party.hidden must be a list of integers >= 1, got \[-3\]$"),
@@ -128,7 +130,153 @@ BATTERY = [
     ),
     (["data=mnist", "paths.data_dir=/etc/hostname/cache"], r"^paths.data_dir=/etc/hostname/cache"),
     (["ckpt_path=/nonexistent/last.ckpt"], r"^ckpt_path=/nonexistent/last.ckpt does not exist"),
+    # refused in the attack callback's setup, inside fit before the first batch
+    (["attack=label_inference", "attack.party=9"], r"^attack.party must be in \[0, 3\], got 9$"),
 ]
+
+
+BEFORE_FIT = [
+    (
+        ["algo=pbm", "mechanism.b=2000"],
+        r"^num_parties \* b = 8000 is too large for the exact PBM accountant .*lower mechanism.b "
+        r"to at most 1024$",
+    ),
+    (["target.value=abc"], r"^target.value must be a finite number or null, got 'abc'$"),
+    (["target.mode=maximum"], r"^target.mode must be one of \('max', 'min'\), got 'maximum'$"),
+    (["data.eval_batch_size=0"], r"^data.eval_batch_size must be an integer >= 1, got 0$"),
+    (
+        ["trainer.max_epochs=abc"],
+        r"^trainer.max_epochs must be an integer >= 1 \(or -1 with trainer.max_steps >= 1, which "
+        r"then ends training\), got 'abc' with trainer.max_steps=-1$",
+    ),
+    (
+        ["trainer.max_epochs=-1"],
+        r"^trainer.max_epochs must be an integer >= 1 .*got -1 with trainer.max_steps=-1$",
+    ),
+    (["data.binary=maybe"], r"^data.binary must be true or false, got 'maybe'$"),
+    (["optimizer.momentum=1.5"], r"^optimizer.momentum must be a number in \[0, 1\), got 1.5$"),
+    (
+        ["+foo=1"],
+        r"^foo is not a config key \(the root config takes algo, attack, callbacks, .*\); check "
+        r"the spelling of 'foo', or drop the override$",
+    ),
+    (
+        ["+data.bach_size=8"],
+        r"^data.bach_size is not a config key \(data \(vfl_lightning.data.VerticalDataModule\) "
+        r"takes active_party, batch_size, .*\); check the spelling of 'bach_size'",
+    ),
+    (
+        ["+target.foo=1"],
+        r"^target.foo is not a config key \(target takes metric, mode, stop, value\)",
+    ),
+    (
+        ["+callbacks.extra.every=1"],
+        r"^callbacks.extra needs a _target_ \(the class to instantiate\), got keys \['every'\]",
+    ),
+    (["data.batch_size=1.5"], r"^data.batch_size must be an integer >= 1, got 1.5$"),
+    (["data.batch_size=abc"], r"^data.batch_size must be an integer >= 1, got 'abc'$"),
+    (
+        ["data=party_files"],
+        r"^data.dir must be set \(the config leaves it \?\?\?\): the directory written by "
+        r"python -m vfl_lightning.data.export \(data=party_files data.dir=DIR\)$",
+    ),
+    (
+        ["trainer.log_every_n_steps=0"],
+        r"^trainer.log_every_n_steps must be an integer >= 1, got 0$",
+    ),
+    (
+        ["trainer.limit_val_batches=1.5"],
+        r"^trainer.limit_val_batches must be null, an integer >= 0 \(batches\) or a float in "
+        r"\[0, 1\] \(a fraction\), got 1.5$",
+    ),
+    (["trainer.enable_progress_bar=yes"], r"^trainer.enable_progress_bar must be true or false"),
+    (["network.mbps=0"], r"^network.mbps must be a finite number > 0, got 0$"),
+    (["network.straggler_fraction=2"], r"^network.straggler_fraction must be a number in \[0, 1\]"),
+    (["mechanism.apply_at_eval=sometimes"], r"^mechanism.apply_at_eval must be true or false"),
+    (["data.num_parties=two"], r"^data.num_parties must be an integer >= 1, got 'two'$"),
+    (
+        ["optimizer.weight_decay=abc"],
+        r"^optimizer.weight_decay must be a finite number >= 0, got 'abc'$",
+    ),
+    (["network.latency_s=abc"], r"^network.latency_s must be a finite number >= 0, got 'abc'$"),
+    (["algo=fedvs", "algo.K=abc"], r"^segments \(algo.K\) must be an integer >= 1, got 'abc'$"),
+    (["test=maybe"], r"^test must be true or false, got 'maybe'$"),
+    (["logger=csv", "logger.csv.name=5"], r"^logger.csv.name must be a string, got 5$"),
+    (
+        ["data.columns=[[0],[1]]"],
+        r"^data.columns is read by data.partition=explicit only, got data.partition=quadrants",
+    ),
+    (
+        ["data.val_fraction=0.5", "data.test_fraction=0.6"],
+        r"^data.val_fraction \+ data.test_fraction must be < 1 \(the rest trains\), got 0.5 \+ "
+        r"0.6 = 1.1$",
+    ),
+    (["data.partition=diagonal"], r"^data.partition must be one of \('even', .*got 'diagonal'$"),
+    (["party.activation=gelu"], r"^party.activation must be one of \('none', .*got 'gelu'$"),
+    (["party.embedding_dim=abc"], r"^party.embedding_dim must be an integer >= 1, got 'abc'$"),
+    (["trainer.devices=abc"], r"^trainer.devices must be an integer >= 1, -1 \(every device\)"),
+    (["trainer.fast_dev_run=-1"], r"^trainer.fast_dev_run must be true, false or an integer >= 0"),
+    (["target.metric=5"], r"^target.metric must be a logged metric's name, e.g. val/acc"),
+    (["algo.transcript_size=-1"], r"^algo.transcript_size must be an integer >= 0, got -1$"),
+    ([*FEDVS, "algo.l_x=0"], r"^algo.l_x must be an integer >= 1, got 0$"),
+    (["algo=cascade", "algo.client_speeds=abc"], r"^algo.client_speeds must be a list of numbers"),
+    (["algo=cascade", "algo.zoo_space=weights"], r"^algo.zoo_space must be one of \('params'"),
+    (["algo=cascade", "algo.mu=0"], r"^algo.mu must be > 0, got 0$"),
+    (["algo=pbm", "callbacks.privacy.orders=abc"], r"^callbacks.privacy.orders must be a list of"),
+]
+"""Refused before ``trainer.fit`` starts (the test replaces fit with a failure)."""
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"), BEFORE_FIT, ids=[" ".join(case[0]) for case in BEFORE_FIT]
+)
+def test_refused_in_one_line_before_anything_trains(make_cfg, monkeypatch, overrides, message):
+    def fit(*args, **kwargs):
+        raise AssertionError("trainer.fit started")
+
+    monkeypatch.setattr(L.Trainer, "fit", fit)
+    with pytest.raises(Exception) as error:
+        train(make_cfg("trainer.max_epochs=1", *overrides))
+    line = error_summary(error.value)
+    assert "\n" not in line and exit_code(error.value) == 2, line
+    assert re.search(message, line), line
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["+optimizer.nesterov=true"],
+        ["optimizer=adam", "+optimizer.betas=[0.9,0.99]"],
+        ["+trainer.num_nodes=1"],
+        ["+trainer.strategy=auto"],
+        ["+algo.batch_parties=false"],
+        ["+callbacks.stop._target_=conftest.StopAt", "+callbacks.stop.epoch=5"],
+        ["trainer.max_epochs=-1", "trainer.max_steps=3"],
+        ["trainer.limit_train_batches=0.5", "trainer.val_check_interval=2"],
+    ],
+    ids=" ".join,
+)
+def test_added_keys_the_configured_class_takes_are_accepted(make_cfg, overrides):
+    """``+key=value`` for a parameter of the node's class (the README's and the tests' uses)."""
+    check_schema(make_cfg(*overrides))
+
+
+def test_every_shipped_config_passes_the_key_and_value_checks(make_cfg):
+    """Every experiment (each composes an algo, data and more) and the other groups' options."""
+    for experiment in sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")):
+        check_schema(make_cfg(f"experiment={experiment}"))
+    for option in ("runtime=ray", "logger=wandb", "logger=csv", "debug=limit", "trainer=ddp"):
+        check_schema(make_cfg(option))
+
+
+@pytest.mark.slow
+def test_every_option_of_every_group_passes_the_key_and_value_checks(make_cfg):
+    for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir()):
+        if group.name in ("hydra", "wandb_sweeps"):
+            continue
+        for option in sorted(p.stem for p in group.glob("*.yaml")):
+            extra = ["data.dir=/tmp"] if option == "party_files" else []
+            check_schema(make_cfg(f"{group.name}={option}", *extra))
 
 
 @pytest.mark.parametrize(

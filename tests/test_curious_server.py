@@ -255,7 +255,6 @@ def test_party_seeds_refused_in_one_line(make_cfg, overrides, message):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["runtime.party_dir=null"], r"^runtime.party_dir must be a directory path, got null$"),
         (
             ["runtime.known_parties=[ab]"],
             r"^runtime.known_parties must be a mapping \{party index: 64 hex digits\} or null, "
@@ -340,16 +339,19 @@ class CheckPartyStreams(L.Callback):
         self.ckpt_path = ckpt_path
 
     def on_train_start(self, trainer, pl_module) -> None:
-        import ray
+
+        from conftest import actor_states
 
         from vfl_lightning.runtime.party_state import load_party_state
 
         kept = torch.load(self.ckpt_path, weights_only=False)["vfl"]["parties"]
+        party_dir = pl_module.party_side.trust.root()
         actors = pl_module.party_side.actors
         saved = [
-            load_party_state(kept["party_dir"], m, kept["round"])[0] for m in range(len(actors))
+            load_party_state(party_dir, m, kept["run"], kept["round"])[0]
+            for m in range(len(actors))
         ]
-        now = ray.get([actor.state_dict.remote() for actor in actors])
+        now = actor_states(pl_module.party_side)
         for before, after in zip(saved, now, strict=True):
             before, after = before["generators"], after["generators"]
             assert sorted(before) == sorted(after) and "replay_seeds" in before

@@ -1,12 +1,17 @@
 """Model digests of reference 2-epoch runs (logger=none, seed 0): a refactor must reproduce every
-parameter bit for bit. Each run is checked twice: the digest it prints, and the parameter digest
-of the formula before issue 22 (the values these runs always printed until then)."""
+parameter bit for bit. Each run is checked twice: the ``model_digest`` it prints, and one
+:func:`tensor_digest` over all its named parameters.
+
+The digests depend on the floating-point kernels that trained the models, so they hold only on the
+machine that recorded them (``pinned.CI_MACHINE``, the project's CI machine), where they guard every
+refactor; elsewhere the tests skip and say what differs (``tests/pinned.py``)."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import compose_config
 from lightning import Callback
+from pinned import CI_MACHINE, require_recording_machine
 
 from vfl_lightning.algorithms.parties import tensor_digest
 from vfl_lightning.train import train
@@ -21,10 +26,8 @@ PARAMETER_DIGESTS = {
     "experiment=fedvs_digits": "bb96c0de828752a0d847952924d4a3b1820d00c9c6a02e1656661f29ac00d0e6",
     "experiment=fedbcd_digits": "22ecc2f2f929988e27ae60f203abe4c3469e2fc3253dd7673570b86e551d1d40",
 }
-
-
-"""The formula before issue 22: one :func:`tensor_digest` over every named parameter (parties
-0..M-1 as ``parties.<m>.<name>``, the head, the server's own party model)."""
+"""One :func:`tensor_digest` over every named parameter (parties 0..M-1 as
+``parties.<m>.<name>``, the head, the server's own party model): :class:`ParameterDigest`."""
 
 REFERENCE_DIGESTS = {
     "algo=npq": "bfa284a4b9ca67939addc01052d2b57fb2db7c8927b61499c535825d7edb9273",
@@ -36,11 +39,11 @@ REFERENCE_DIGESTS = {
     "experiment=fedvs_digits": "b9b32aac359000952360d624f46b45d17b6d06df30cb555aa162aca55e63ee8e",
     "experiment=fedbcd_digits": "96d72a5ef466fa7ee4b1afcaeff4906cea8999ffe80d346ebe53b78be4353f6d",
 }
-"""``model_digest`` as printed since issue 22: SHA-256 over each holder's own parameter digest."""
+"""``model_digest`` as the run prints it: SHA-256 over each holder's own parameter digest."""
 
 
 class ParameterDigest(Callback):
-    """Records the pre-issue-22 parameter digest of a local run's module at the end of fit."""
+    """Records one digest over all named parameters of a local run's module at the end of fit."""
 
     value: str | None = None
 
@@ -56,6 +59,7 @@ class ParameterDigest(Callback):
 @pytest.mark.parametrize("override", sorted(PARAMETER_DIGESTS))
 def test_reference_digest(tmp_path, override):
     """The 8 runs take about 4 s together, so all of them stay in the default suite."""
+    require_recording_machine(CI_MACHINE)
     record = "+callbacks.parameters._target_=test_digests.ParameterDigest"
     cfg = compose_config(tmp_path, override, "seed=0", "trainer.max_epochs=2", record)
     ParameterDigest.value = None

@@ -75,7 +75,7 @@ def test_attack_is_near_chance_on_cascade(make_cfg):
 
 def test_attack_refuses_a_model_outside_its_threat_model(make_cfg):
     cfg = make_cfg("algo=npq", "attack=label_inference", "callbacks.label_inference.party=4")
-    with pytest.raises(ValueError, match=r"attack party must be in \[0, 3\], got 4"):
+    with pytest.raises(ValueError, match=r"attack.party must be in \[0, 3\], got 4"):
         train(cfg)
     cfg = make_cfg("algo=npq", "attack=label_inference", "head=linear", "party.embedding_dim=16")
     with pytest.raises(ValueError, match=r"needs party outputs with num_classes=10 entries"):

@@ -107,6 +107,47 @@ def test_split_resnet18_body_reassembles_side_by_side_slices():
     assert torch.equal(seen[0], expected)
 
 
+@pytest.mark.parametrize(
+    ("build", "width"),
+    [
+        (lambda: ResNet18Body(4 * 4 * 3, 5, channels=4, height=4), 48),
+        (lambda: VGG13Head(16, 5), 16),
+        (lambda: CreditServerHead(6, 5, hidden=[8, 4]), 6),
+    ],
+)
+def test_heads_take_stacked_batches(build, width):
+    """A zeroth-order query evaluates the head on (K, B, in) stacked batches: each of the K
+    batches gives what the head gives on it alone, in training mode too (its own batch-norm
+    statistics, not those of all K batches together)."""
+    torch.manual_seed(0)
+    head = build()
+    stacked = torch.randn(3, 4, width)
+    for mode in (head.train, head.eval):
+        mode()
+        out = head(stacked)
+        assert out.shape == (3, 4, 5)
+        for k in range(3):
+            torch.testing.assert_close(out[k], head(stacked[k]))
+
+
+def test_zeroth_order_evaluation_leaves_batch_norm_statistics_alone():
+    """The server's query losses and a client's perturbed forwards run the model in training
+    mode on copies of its buffers: the running statistics do not move."""
+    from vfl_lightning.algorithms.zoo import double_parameters, evaluate_at, perturbed_outputs
+
+    torch.manual_seed(0)
+    head = CreditServerHead(6, 3, hidden=[8, 4])
+    party = CreditServerHead(5, 3, hidden=[4, 4])  # any model with batch norm
+    before = [b.clone() for b in (*head.buffers(), *party.buffers())]
+    logits = evaluate_at(head, double_parameters(head), torch.randn(2, 5, 6, dtype=torch.float64))
+    assert logits.shape == (2, 5, 3) and logits.dtype == torch.float64
+    flat = torch.cat([p.detach().double().reshape(-1) for p in party.parameters()])
+    outputs = perturbed_outputs(party, torch.stack([flat, flat + 1e-3]), torch.randn(4, 5))
+    assert outputs.shape == (2, 4, 3)
+    after = [*head.buffers(), *party.buffers()]
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
 def test_split_resnet18_body_refuses_a_width_it_cannot_read():
     with pytest.raises(ValueError, match=r"fused width must be a multiple of 2048, got 1000"):
         ResNet18Body(1000, num_classes=10)
@@ -260,7 +301,7 @@ def test_configs_select_the_models(name, model_type):
 TINY_RUN = [
     "seed=0",
     "trainer.max_epochs=1",
-    "trainer.limit_train_batches=3",
+    "trainer.limit_train_batches=2",
     "trainer.limit_val_batches=1",
     "trainer.limit_test_batches=1",
     "data.batch_size=8",
@@ -286,8 +327,20 @@ TINY_RUN = [
         ["algo=fedbcd", "party=fedbcd_cnn", "party.embedding_dim=8", "head=credit_server"],
         # four ResNet-18 parties (45M parameters): about 10 s on a 2-core machine
         pytest.param(["algo=pbm", "party=resnet18"], marks=pytest.mark.slow),
+        # the split under the cascaded paper's algorithm (zeroth-order clients): about 10 s
+        pytest.param(
+            [
+                "algo=cascade",
+                "party=resnet18_stem",
+                "head=resnet18_body",
+                "head.height=8",
+                "data.partition=halves",
+                "data.num_parties=2",
+            ],
+            marks=pytest.mark.slow,
+        ),
     ],
-    ids=["split_resnet18", "max_vgg13", "fedbcd_cnn_credit", "pbm_resnet18"],
+    ids=["split_resnet18", "max_vgg13", "fedbcd_cnn_credit", "pbm_resnet18", "cascade_split"],
 )
 def test_papers_models_train(tmp_path, overrides):
     from vfl_lightning.train import train

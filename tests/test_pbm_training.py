@@ -61,10 +61,14 @@ def test_accuracy_ordering_of_the_paper(tmp_path):
 
 
 def test_privacy_logged_saved_and_resumed(tmp_path):
+    """With the sanity check on (the default's 2 batches), a resumed run accounts the same
+    training and evaluation releases as the uninterrupted one: it does not repeat the sanity
+    check the run it continues made."""
     common = [
         "mechanism.b=4",
         "mechanism.beta=0.1",
         "++trainer.limit_train_batches=3",
+        "trainer.num_sanity_val_steps=2",
         "test=false",
     ]
     straight = run(tmp_path, "straight", [*common, "trainer.max_epochs=3"])
@@ -80,6 +84,9 @@ def test_privacy_logged_saved_and_resumed(tmp_path):
         straight["privacy/feature_eps"], rel=1e-12
     )
     assert resumed["privacy/sample_eps"] == pytest.approx(straight["privacy/sample_eps"], rel=1e-12)
+    assert resumed["privacy/eval_feature_eps"] == straight["privacy/eval_feature_eps"]
+    assert resumed["privacy/eval_feature_eps"] > first["privacy/eval_feature_eps"] > 0
+    assert resumed["model_digest"] == straight["model_digest"]
     assert resumed["privacy/uses_per_sample"] == pytest.approx(3 * 300 / 1257)
     assert straight["privacy/sample_eps"] > straight["privacy/feature_eps"] > 0
     assert straight["privacy/alpha"] > 1

@@ -4,9 +4,11 @@ the trainer's progress bar is off."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
+from vfl_lightning import cli
 from vfl_lightning.progress import ProgressBar
 from vfl_lightning.run.assemble import make_callbacks
 
@@ -86,3 +88,40 @@ def test_bar_falls_back_to_sys_stdout_without_a_file_descriptor(monkeypatch):
     monkeypatch.setattr(sys, "stdout", stdout)
     _draw_one_bar()
     assert "3/3" in "".join(stdout.written)
+
+
+@pytest.mark.parametrize(
+    "checkpoint", ["null", "1"], ids=["no-checkpoint", "checkpoint-every-step"]
+)
+def test_error_and_results_lines_start_their_own_line_after_a_bar(
+    make_cfg, tmp_path, monkeypatch, checkpoint
+):
+    """A run that fails mid-epoch with a bar on screen: the console (stdout, stderr and the bar's
+    duplicate of stdout, one file) has ``error:`` and ``results (failed):`` at a line's start,
+    and the error says whether a checkpoint was written before the failure."""
+    cfg = make_cfg(
+        "optimizer.lr=1e6",
+        "trainer.log_every_n_steps=1",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=true",
+        "callbacks.progress_bar.updates_per_second=1000",
+        f"callbacks.checkpoint.every_n_train_steps={checkpoint}",
+    )
+    with open(tmp_path / "console.txt", "a", buffering=1) as console:
+        monkeypatch.setattr(sys, "stdout", console)
+        monkeypatch.setattr(sys, "stderr", console)
+        with pytest.raises(SystemExit) as stop:
+            cli.main(cfg)
+    assert stop.value.code == 1
+    lines = (tmp_path / "console.txt").read_text().split("\n")
+    assert any("Epoch 0:" in line for line in lines), "the bar was drawn"
+    errors = [line for line in lines if "error:" in line]
+    failed = [line for line in lines if "results (failed):" in line]
+    assert len(errors) == 1 and errors[0].startswith("error: training stopped:"), errors
+    assert len(failed) == 1 and failed[0].startswith("results (failed): "), failed
+    written = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    if checkpoint == "null":
+        assert errors[0].endswith("; no checkpoint was written before it")
+    else:
+        assert errors[0].endswith(f"; the last checkpoint written before it is kept ({written})")
+        assert written.is_file()

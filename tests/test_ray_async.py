@@ -12,7 +12,7 @@ import lightning as L
 import pytest
 import torch
 from conftest import RAY_TWO_PARTIES as TWO_PARTIES
-from conftest import actor_parameters, kill_party, saved_party_states
+from conftest import actor_parameters, kill_party, ray_party_dir, saved_party_states
 from conftest import checkpoint_wire as wire_state
 from conftest import last_checkpoint as last
 from hydra.utils import instantiate
@@ -141,7 +141,8 @@ class CheckResumedParties(L.Callback):
         self.ckpt_path = ckpt_path
 
     def on_train_start(self, trainer, pl_module) -> None:
-        saved = saved_party_states(torch.load(self.ckpt_path, weights_only=False))
+        checkpoint = torch.load(self.ckpt_path, weights_only=False)
+        saved = saved_party_states(pl_module.party_side.trust.root(), checkpoint, 2)
         for name, tensor in actor_parameters(pl_module.party_side):
             _, party, key = name.split(".", 2)
             assert torch.equal(tensor, saved[int(party)]["model"][key]), name
@@ -171,8 +172,8 @@ def test_dead_actor_stops_in_one_line_and_the_run_resumes_from_its_checkpoint(
     ), message
     checkpoint = torch.load(last(killed), weights_only=False)
     assert checkpoint["epoch"] == 0 and checkpoint["async"]["activation"]["position"] == 6
-    assert sorted(checkpoint["vfl"]["parties"]) == ["party_dir", "round"]
-    actors = saved_party_states(checkpoint)
+    assert sorted(checkpoint["vfl"]["parties"]) == ["round", "run"]
+    actors = saved_party_states(ray_party_dir(killed), checkpoint, 2)
     assert [sorted(actor["generators"]) for actor in actors] == [["delays", "train"]] * 2
     check = [f"_target_={__name__}.CheckResumedParties", f"ckpt_path={last(killed)}"]
     resumed_cfg = make_cfg(

@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import RAY_TWO_PARTIES as TWO_PARTIES
 from conftest import checkpoint_wire as ledger
-from conftest import kill_party, saved_party_states
+from conftest import kill_party, ray_party_dir, saved_party_states
 from conftest import last_checkpoint as last
 
 from vfl_lightning.algorithms.parties import tensor_digest
@@ -77,7 +77,7 @@ def test_each_party_masks_alone_exactly_as_the_joint_masking_and_the_server_hold
         assert torch.equal(a, b)
     pbm.set_pair_seeds({})
     assert pbm.masking.pair_seeds == []
-    with pytest.raises(ValueError, match="party 0's pair seeds are not held here"):
+    with pytest.raises(PermissionError, match="party 0 holds no pair seeds of its own"):
         pbm.encode_party(0, embeddings[0], round=7)
     ldp = GaussianLDP(num_parties=3, sigma=0.5)
     gens = [torch.Generator().manual_seed(m) for m in range(3)]
@@ -199,7 +199,10 @@ def test_dead_actor_stops_in_one_line_and_the_checkpoint_resumes_to_the_straight
     killed, message = kill_party(make_cfg, common, epoch=1, batch=2, party=1)
     assert message.startswith("party 1's Ray actor died at training round 6")
     checkpoint = torch.load(last(killed), weights_only=False)
-    assert checkpoint["epoch"] == 0 and len(saved_party_states(checkpoint)) == 2
+    assert (
+        checkpoint["epoch"] == 0
+        and len(saved_party_states(ray_party_dir(killed), checkpoint, 2)) == 2
+    )
     resumed_cfg = make_cfg(*common, f"ckpt_path={last(killed)}")
     resumed = train(resumed_cfg)
     assert resumed["model_digest"] == expected["model_digest"]

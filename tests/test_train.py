@@ -187,7 +187,9 @@ def test_multirun_runs_every_experiment(tmp_path):
     missing = sorted(set(EXPERIMENTS) - set(runnable))
     if missing:
         warnings.warn(
-            f"experiments not run (optional data absent; run `make data`): {missing}", stacklevel=2
+            f"experiments not run (data not installed: `make data`, or a download or licensed copy "
+            f"under paths.data_dir, docs/datasets.md): {missing}",
+            stacklevel=2,
         )
     _run(
         [

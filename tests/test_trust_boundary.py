@@ -3,18 +3,22 @@ party's feature column in its data module, its batches or its checkpoint; party 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from conftest import RAY_TWO_PARTIES as TWO_PARTIES
-from conftest import last_checkpoint
+from conftest import last_checkpoint, ray_party_dir
 from lightning import Callback
 
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.data.export import CONF_DIR, export
 from vfl_lightning.data.party_files import party_file_name
 from vfl_lightning.errors import ConfigError
+from vfl_lightning.mechanisms.identity import IDENTITY_FILE
 from vfl_lightning.runtime.party_state import load_party_state, party_state_path, save_party_state
+from vfl_lightning.runtime.party_trust import KNOWN_PARTIES_FILE
 from vfl_lightning.train import check_runtime, train
 
 RAY_DERIVED = ("runtime=ray", "runtime.party_seeds=derived")
@@ -106,18 +110,31 @@ def test_the_ray_server_holds_no_feature_column_and_trains_the_local_model(make_
     derived = train(make_cfg("algo=pbm", *SMALL, *RAY_DERIVED, RECORD))
     assert_no_party_column(RecordServerData.datamodule, RecordServerData.batches, checkpoint)
     assert derived["model_digest"] == local["model_digest"] != remote["model_digest"]
-    assert_party_state_with_the_parties(checkpoint, num_parties=2)
+    assert_party_state_with_the_parties(checkpoint, ray_party_dir(cfg), num_parties=2)
+    assert cfg.runtime.party_dir is None  # the default: each party's machine names its root
+    assert_no_party_file_in(Path(cfg.paths.output_dir))
+    assert not ray_party_dir(cfg).is_relative_to(Path(cfg.paths.output_dir).resolve())
 
 
-def assert_party_state_with_the_parties(checkpoint: dict, num_parties: int) -> None:
-    """The server's checkpoint holds no party model, optimizer or generator: the round and where
-    the parties keep their states; each party saved its own for that round."""
+PARTY_FILES = ("round_*.pt", IDENTITY_FILE, KNOWN_PARTIES_FILE)
+
+
+def assert_no_party_file_in(run_dir: Path) -> None:
+    """No party state, identity key or pinned peers anywhere in the server's run directory."""
+    assert run_dir.is_dir()
+    found = [str(p) for pattern in PARTY_FILES for p in run_dir.rglob(pattern)]
+    assert found == []
+
+
+def assert_party_state_with_the_parties(checkpoint: dict, party_dir, num_parties: int):
+    """The server's checkpoint holds no party model, optimizer or generator, and no path: the
+    run key and round only; each party saved its own state for them in its own directory."""
     assert not [key for key in checkpoint["state_dict"] if key.startswith("parties.")]
     parties = checkpoint["vfl"]["parties"]
-    assert sorted(parties) == ["party_dir", "round"] and parties["round"] > 0
+    assert sorted(parties) == ["round", "run"] and parties["round"] > 0
     assert len(checkpoint["optimizer_states"]) == 1, "the head's optimizer only"
     for m in range(num_parties):
-        state, problem = load_party_state(parties["party_dir"], m, parties["round"])
+        state, problem = load_party_state(party_dir, m, parties["run"], parties["round"])
         assert problem == "" and {"generators", "model", "optimizer"} <= set(state)
         assert state["model"] and all(torch.isfinite(t).all() for t in state["model"].values())
 
@@ -169,25 +186,35 @@ def test_a_party_reads_its_own_file_and_no_other(tmp_path, make_cfg):
         factory.own_columns(0)
 
 
+RUN = "0123456789abcdef0123456789abcdef"
+
+
 def test_a_party_state_of_another_round_or_party_is_refused(tmp_path):
-    """A resume loads exactly the state saved for the checkpoint's round by that party."""
+    """A resume loads exactly the state saved for the checkpoint's run and round by that party."""
     state = {"model": {"weight": torch.ones(2)}, "optimizer": {}, "generators": {}}
-    path = save_party_state(tmp_path, 1, 6, state)
-    assert path == party_state_path(tmp_path, 1, 6) == tmp_path / "party_1" / "round_6.pt"
-    loaded, problem = load_party_state(tmp_path, 1, 6)
+    path = save_party_state(tmp_path, 1, RUN, 6, state)
+    assert path == party_state_path(tmp_path, 1, RUN, 6)
+    assert path == tmp_path / "party_1" / "runs" / RUN / "round_6.pt"
+    loaded, problem = load_party_state(tmp_path, 1, RUN, 6)
     assert problem == "" and torch.equal(loaded["model"]["weight"], torch.ones(2))
-    missing, problem = load_party_state(tmp_path, 1, 9)
+    missing, problem = load_party_state(tmp_path, 1, RUN, 9)
     assert missing is None and "\n" not in problem
     assert (
         problem.startswith("party 1 has no state for training round 9") and "round_6.pt" in problem
     )
-    path.rename(party_state_path(tmp_path, 1, 9))
-    _, problem = load_party_state(tmp_path, 1, 9)
+    path.rename(party_state_path(tmp_path, 1, RUN, 9))
+    _, problem = load_party_state(tmp_path, 1, RUN, 9)
     assert "holds the state of party 1 at round 6, not party 1 at round 9" in problem
-    (tmp_path / "party_0").mkdir()
-    party_state_path(tmp_path, 1, 9).rename(party_state_path(tmp_path, 0, 9))
-    _, problem = load_party_state(tmp_path, 0, 9)
+    party_state_path(tmp_path, 0, RUN, 9).parent.mkdir(parents=True)
+    party_state_path(tmp_path, 1, RUN, 9).rename(party_state_path(tmp_path, 0, RUN, 9))
+    _, problem = load_party_state(tmp_path, 0, RUN, 9)
     assert "not party 0 at round 9" in problem
+
+
+@pytest.mark.parametrize("run", ["../party_1", "0123", "/etc", RUN.upper()])
+def test_a_run_key_that_is_not_32_hex_digits_names_no_file(tmp_path, run):
+    with pytest.raises(ValueError, match="^a run key is 32 lowercase hex digits, got "):
+        load_party_state(tmp_path, 0, run, 1)
 
 
 def test_a_resume_whose_party_state_is_missing_stops_in_one_line(make_cfg, ray_session):
@@ -202,7 +229,7 @@ def test_a_resume_whose_party_state_is_missing_stops_in_one_line(make_cfg, ray_s
     first = make_cfg(*common, "trainer.max_epochs=1")
     train(first)
     parties = torch.load(last_checkpoint(first), weights_only=False)["vfl"]["parties"]
-    party_state_path(parties["party_dir"], 1, parties["round"]).unlink()
+    party_state_path(ray_party_dir(first), 1, parties["run"], parties["round"]).unlink()
     resumed = make_cfg(*common, "trainer.max_epochs=2", f"ckpt_path={last_checkpoint(first)}")
     with pytest.raises(ConfigError) as error:
         train(resumed)
@@ -211,12 +238,17 @@ def test_a_resume_whose_party_state_is_missing_stops_in_one_line(make_cfg, ray_s
     assert message.startswith(f"party 1 has no state for training round {parties['round']}")
 
 
-@pytest.mark.parametrize("value", ["null", "''"])
-def test_a_ray_run_without_a_party_dir_is_refused_in_one_line(make_cfg, value):
+def test_a_ray_run_with_an_empty_party_dir_is_refused_in_one_line(make_cfg):
     with pytest.raises(ConfigError) as error:
-        check_runtime(make_cfg("algo=pbm", "runtime=ray", f"runtime.party_dir={value}"))
-    assert str(error.value).startswith("runtime.party_dir must be a directory path")
+        check_runtime(make_cfg("algo=pbm", "runtime=ray", "runtime.party_dir=''"))
+    assert str(error.value).startswith("runtime.party_dir must be null (each party's machine")
     assert "\n" not in str(error.value)
+
+
+def test_a_party_dir_inside_the_server_run_directory_is_refused(make_cfg):
+    cfg = make_cfg("algo=pbm", "runtime=ray", "runtime.party_dir=${paths.output_dir}/parties")
+    with pytest.raises(ConfigError, match="^runtime.party_dir must lie outside the server's run"):
+        check_runtime(cfg)
 
 
 def test_a_party_dir_that_is_a_file_is_refused(make_cfg, tmp_path):
@@ -232,13 +264,13 @@ def test_a_party_keeps_its_newest_three_state_files(tmp_path):
     from vfl_lightning.runtime.party_state import KEPT_ROUNDS
 
     for round in (4, 8, 12, 16, 20):
-        save_party_state(tmp_path, 0, round, {"round": round})
-    save_party_state(tmp_path, 1, 4, {})
+        save_party_state(tmp_path, 0, RUN, round, {"round": round})
+    save_party_state(tmp_path, 1, RUN, 4, {})
     assert KEPT_ROUNDS == 3
-    assert sorted(p.name for p in (tmp_path / "party_0").iterdir()) == [
+    assert sorted(p.name for p in (tmp_path / "party_0" / "runs" / RUN).iterdir()) == [
         "round_12.pt",
         "round_16.pt",
         "round_20.pt",
     ]
-    assert [p.name for p in (tmp_path / "party_1").iterdir()] == ["round_4.pt"]
-    assert load_party_state(tmp_path, 0, 12)[0] == {"round": 12}
+    assert [p.name for p in (tmp_path / "party_1" / "runs" / RUN).iterdir()] == ["round_4.pt"]
+    assert load_party_state(tmp_path, 0, RUN, 12)[0] == {"round": 12}

@@ -87,6 +87,20 @@ class ProgressBar(TQDMProgressBar):
         with self._on_terminal():
             return super().init_predict_tqdm()
 
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """Close the bars a failure left open (the inner ones first, the training bar last, whose
+        close ends its line): the ``error:`` and ``results (failed):`` lines printed after it
+        start their own lines."""
+        bars = (
+            self._predict_progress_bar,
+            self._test_progress_bar,
+            self._val_progress_bar,
+            self._train_progress_bar,
+        )
+        for bar in bars:
+            if bar is not None and not bar.disable:
+                bar.close()
+
     def teardown(self, trainer, pl_module, stage: str) -> None:
         super().teardown(trainer, pl_module, stage)
         if self._stream is not None:

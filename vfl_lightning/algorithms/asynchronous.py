@@ -97,7 +97,7 @@ class HybridVFL(VFLModule):
         super().__init__(parties, head, mechanism, optimizer, num_classes, **kwargs)
         for label, value in (("client_update", client_update), ("server_update", server_update)):
             if value not in UPDATES:
-                raise ValueError(f"{label} must be one of {UPDATES}, got {value!r}")
+                raise ValueError(f"algo.{label} must be one of {UPDATES}, got {value!r}")
         if client_update == "foo" and server_update == "zoo":
             raise ValueError(
                 "client_update='foo' needs server_update='foo': a zeroth-order server has no "
@@ -105,7 +105,7 @@ class HybridVFL(VFLModule):
             )
         check_zoo_options(mu=mu, num_directions=num_directions, direction=direction)
         if zoo_space not in ZOO_SPACES:
-            raise ValueError(f"zoo_space must be one of {ZOO_SPACES}, got {zoo_space!r}")
+            raise ValueError(f"algo.zoo_space must be one of {ZOO_SPACES}, got {zoo_space!r}")
         if epoch not in EPOCHS:
             raise ValueError(f"algo.epoch must be one of {EPOCHS}, got {epoch!r}")
         if max_staleness is not None and (
@@ -147,6 +147,10 @@ class HybridVFL(VFLModule):
         self._pending_table: dict | None = None
         self.refreshes = 0
         self.last_ages: torch.Tensor | None = None
+
+    def transport_options(self) -> dict:
+        """The parties answer the family's calls (initial pass, refreshes, messages, answers)."""
+        return {"asynchronous": True}
 
     @property
     def passes(self) -> bool:

@@ -65,6 +65,20 @@ class NonFiniteWatch(L.LightningModule):
             lr = f" (optimizer.lr={self.trainer.optimizers[-1].param_groups[0]['lr']:g})"
         raise NonFiniteLoss(
             f"training stopped: {what} became non-finite at round {bad_round}; the likely cause "
-            f"is a learning rate{lr} too large for this model; the last checkpoint written "
-            "before it is kept"
+            f"is a learning rate{lr} too large for this model; {self._kept_checkpoint()}"
         )
+
+    def _kept_checkpoint(self) -> str:
+        """What a failed run leaves to resume from: the last checkpoint written before the
+        failure, the checkpoint the run resumed from, or none."""
+        if self._trainer is None:
+            return "no checkpoint was written"
+        written = [c.last_model_path for c in self.trainer.checkpoint_callbacks]
+        written = [path for path in written if path]
+        if written:
+            return f"the last checkpoint written before it is kept ({written[-1]})"
+        if self.trainer.ckpt_path:
+            return (
+                f"no checkpoint was written since the one resumed from ({self.trainer.ckpt_path})"
+            )
+        return "no checkpoint was written before it"

@@ -21,11 +21,11 @@ ZOO_SPACES = ("params", "output")
 def check_zoo_options(*, mu: float, num_directions: int, direction: str) -> None:
     """One clear error per bad zeroth-order option."""
     if not mu > 0:
-        raise ValueError(f"mu must be > 0, got {mu}")
+        raise ValueError(f"algo.mu must be > 0, got {mu}")
     if int(num_directions) != num_directions or num_directions < 1:
-        raise ValueError(f"num_directions must be an integer >= 1, got {num_directions}")
+        raise ValueError(f"algo.num_directions must be an integer >= 1, got {num_directions}")
     if direction not in DIRECTIONS:
-        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        raise ValueError(f"algo.direction must be one of {DIRECTIONS}, got {direction!r}")
 
 
 def direction_scale(direction: str, dimension: int) -> float:
@@ -144,21 +144,36 @@ def perturbed_outputs(
     if chain is not None:
         return chain_forward(chain, stacked_parameters(model, flat_weights), x64)
 
-    def evaluate(w):
-        return functional_call(model, unflatten_parameters(model, w), (x64,))
+    def evaluate(w, buffers):
+        return functional_call(model, {**buffers, **unflatten_parameters(model, w)}, (x64,))
 
-    return torch.func.vmap(evaluate)(flat_weights)
+    # each parameter set gets its own float64 copy of the buffers (batch-norm statistics), which
+    # the vmapped forward may update in place; the model's own buffers stay as they are
+    buffers = {
+        name: b.detach()
+        .to(torch.float64 if b.is_floating_point() else b.dtype)
+        .expand(len(flat_weights), *b.shape)
+        .clone()
+        for name, b in model.named_buffers()
+    }
+    return torch.func.vmap(evaluate)(flat_weights, buffers)
 
 
 def evaluate_at(
     model: nn.Module, parameters: dict[str, torch.Tensor], x: torch.Tensor
 ) -> torch.Tensor:
     """``model(x)`` with ``parameters`` (by name) in place of its own: ``functional_call``, or the
-    same computation without its module traversal for fully connected models."""
+    same computation without its module traversal for fully connected models. The model's
+    buffers (batch-norm statistics) enter as copies in ``x``'s dtype, so an evaluation never
+    changes the model's state."""
     chain = linear_chain(model)
     if chain is not None:
         return chain_forward(chain, parameters, x)
-    return functional_call(model, parameters, (x,))
+    buffers = {
+        name: b.detach().to(x.dtype) if b.is_floating_point() else b.detach().clone()
+        for name, b in model.named_buffers()
+    }
+    return functional_call(model, {**buffers, **parameters}, (x,))
 
 
 def double_parameters(module: nn.Module) -> dict[str, torch.Tensor]:

@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 PAIR_SEED_INFO = b"vfl_lightning secure aggregation pair seed v1"
+PAIR_CHANNEL_INFO = b"vfl_lightning pair channel key v1"
 
 
 def seeded_private_key(seed: int, party: int) -> X25519PrivateKey:
@@ -29,20 +30,34 @@ def public_bytes(key: X25519PrivateKey) -> bytes:
     return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
+def _pair_secret(
+    own: X25519PrivateKey, other_public: bytes, first: int, second: int, info: bytes, length: int
+) -> bytes:
+    """HKDF-SHA256 of the X25519 shared secret of pair (``first`` < ``second``), ``length``
+    bytes, with ``info`` and the pair's ids in the info string."""
+    if not 0 <= first < second:
+        raise ValueError(f"a pair is two party ids 0 <= first < second, got ({first}, {second})")
+    shared = own.exchange(X25519PublicKey.from_public_bytes(other_public))
+    return HKDF(
+        algorithm=hashes.SHA256(),
+        length=length,
+        salt=None,
+        info=info + f" {first} {second}".encode(),
+    ).derive(shared)
+
+
 def pair_seed(own: X25519PrivateKey, other_public: bytes, first: int, second: int) -> int:
     """The 64-bit seed of pair (``first`` < ``second``): HKDF-SHA256 of the X25519 shared secret,
     with the pair's ids in the info string. Both members compute the same seed; the server, which
     saw only public keys, cannot."""
-    if not 0 <= first < second:
-        raise ValueError(f"a pair is two party ids 0 <= first < second, got ({first}, {second})")
-    shared = own.exchange(X25519PublicKey.from_public_bytes(other_public))
-    derived = HKDF(
-        algorithm=hashes.SHA256(),
-        length=8,
-        salt=None,
-        info=PAIR_SEED_INFO + f" {first} {second}".encode(),
-    ).derive(shared)
+    derived = _pair_secret(own, other_public, first, second, PAIR_SEED_INFO, 8)
     return int.from_bytes(derived, "little")
+
+
+def pair_channel_key(own: X25519PrivateKey, other_public: bytes, first: int, second: int) -> bytes:
+    """The 32-byte key of pair (``first`` < ``second``)'s private channel (FedVS shares under
+    ``runtime=ray``): the same key agreement as :func:`pair_seed`, another HKDF info string."""
+    return _pair_secret(own, other_public, first, second, PAIR_CHANNEL_INFO, 32)
 
 
 def party_pair_seeds(

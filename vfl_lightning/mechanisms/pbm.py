@@ -44,7 +44,9 @@ class PBM(Mechanism):
     ``beta`` must be in (0, 1/4]: the paper's range [0, 1/4] includes 0, but β = 0 releases no
     information and the estimate divides by β, so it is rejected with an explanation.
     ``apply_at_eval`` (default true): validation and test also see the noisy sum, as a deployed
-    model would; false evaluates on the exact sum. ``seed`` sets up the pair seeds of the masks.
+    model would; false evaluates on the exact sum. ``seed``: every pair's mask seed derived from
+    it (the local runtime's simulation); None, or :meth:`set_pair_seeds` with a party's own
+    authenticated seeds (a Ray party actor), holds no derived seed.
     """
 
     noisy = True
@@ -57,11 +59,11 @@ class PBM(Mechanism):
         beta: float,
         C: float = 1.0,
         apply_at_eval: bool = True,
-        seed: int = 0,
+        seed: int | None = 0,
     ) -> None:
         super().__init__(num_parties, fusion="sum", apply_at_eval=apply_at_eval)
         self.b, self.beta, self.C = check_pbm_parameters(b, beta, C)
-        self.seed = int(seed)
+        self.seed = None if seed is None else int(seed)
         self.bits_per_element = ring_bits(self.num_parties, self.b)
         self.masking = PairwiseMasking(self.num_parties, self.bits_per_element, self.seed)
         self._ratios: torch.Tensor | None = None

@@ -37,8 +37,11 @@ class PairwiseMasking:
 
     Every pair (i < j) holds a seed that only i and j know, from X25519 key agreement
     (:mod:`~vfl_lightning.mechanisms.keys`): ``pair_seeds`` gives the seeds this side holds (a
-    party actor: its own M − 1 pairs; the server: none, it only sums); without it every pair's seed
-    is derived from keys made from ``seed`` (the local runtime, which simulates every party). For round r the
+    party actor: its own M − 1 pairs once the authenticated key agreement ran; the server: none,
+    it only sums). ``seed`` instead derives every pair's seed from keys made from it: the local
+    runtime's simulation of every party, whose masks anyone with the seed can recompute. With
+    neither, no pair is held and no party can mask: masking fails closed, nothing is sent before
+    the pair seeds exist. For round r the
     pair expands (seed, r) with a counter-based PRG (splitmix64 of seed, round and element index)
     into a fresh mask u_ij of the message's shape; party i adds u_ij and party j subtracts it, mod R.
     The masks cancel in the sum, so Σ_m y_m = Σ_m q_m (mod R), and each y_m alone is uniform on
@@ -50,7 +53,7 @@ class PairwiseMasking:
         self,
         num_parties: int,
         modulus_bits: int,
-        seed: int = 0,
+        seed: int | None = None,
         *,
         pair_seeds: dict[tuple[int, int], int] | None = None,
     ) -> None:
@@ -62,7 +65,7 @@ class PairwiseMasking:
         self.modulus_bits = int(modulus_bits)
         self.modulus = 1 << self.modulus_bits
         if pair_seeds is None:
-            pair_seeds = seeded_pair_seeds(self.num_parties, seed)
+            pair_seeds = {} if seed is None else seeded_pair_seeds(self.num_parties, seed)
         for first, second in pair_seeds:
             if not 0 <= first < second < self.num_parties:
                 raise ValueError(
@@ -218,7 +221,10 @@ class PairwiseMasking:
         """Party ``party``'s side: y = q + mask_party mod R, from the pairs it holds; equal to
         ``mask(...)[party]`` of a masking that holds every pair."""
         if not self.holds_party(party):
-            raise ValueError(f"party {party}'s pair seeds are not held here: it cannot mask")
+            raise PermissionError(
+                f"party {party} holds no pair seeds of its own (held pairs: {self.pairs}): it "
+                "sends no message before the authenticated key agreement gave them"
+            )
         numel = secret.numel()
         mask = self._net_masks(round, numel, secret.device)[party, :numel]
         return (secret.to(torch.int64) + mask.view(secret.shape)) & (self.modulus - 1)

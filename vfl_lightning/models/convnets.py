@@ -11,7 +11,7 @@ from torch import nn
 
 from vfl_lightning.models.encoders import activation_layer
 from vfl_lightning.models.resnet import image_shape
-from vfl_lightning.models.widths import check_width, check_widths
+from vfl_lightning.models.widths import check_width, check_widths, over_rows
 
 
 class FedBCDCNN(nn.Module):
@@ -99,5 +99,8 @@ class VGG13Head(nn.Module):
         self.classifier = nn.Sequential(*classifier)
 
     def forward(self, fused: torch.Tensor) -> torch.Tensor:
+        return over_rows(fused, self._rows)
+
+    def _rows(self, fused: torch.Tensor) -> torch.Tensor:
         image = fused.reshape(fused.shape[0], self.channels, self.side, self.side)
         return self.classifier(self.features(image))

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vfl_lightning.models.widths import check_widths
+from vfl_lightning.models.widths import check_widths, over_rows
 
 
 class LinearHead(nn.Linear):
@@ -82,3 +82,6 @@ class CreditServerHead(nn.Sequential):
             nn.BatchNorm1d(second),
             WeightNormLinear(second, num_classes),
         )
+
+    def forward(self, fused: torch.Tensor) -> torch.Tensor:
+        return over_rows(fused, super().forward)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from vfl_lightning.models.encoders import activation_layer
-from vfl_lightning.models.widths import check_width
+from vfl_lightning.models.widths import check_width, over_rows
 
 STAGE_WIDTHS = (64, 128, 256, 512)
 STAGE_STRIDES = (1, 2, 2, 2)
@@ -149,7 +149,8 @@ class ResNet18Body(nn.Module):
         )
 
     def forward(self, fused: torch.Tensor) -> torch.Tensor:
-        if fused.dim() > 2:  # stacked batches (a zeroth-order query's candidates): one by one,
-            return torch.stack([self(batch) for batch in fused])  # each its own batch norm
+        return over_rows(fused, self._rows)
+
+    def _rows(self, fused: torch.Tensor) -> torch.Tensor:
         columns = fused.reshape(fused.shape[0], self.width, self.height, self.channels)
         return self.net(columns.permute(0, 3, 2, 1))

@@ -3,7 +3,9 @@ and the allowed range instead of torch's "negative dimension"."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import torch
 
 
 def _is_width(value) -> bool:
@@ -49,3 +51,12 @@ def depth_widths(key: str, widths, num_layers, fixed: int = 0) -> list[int]:
     if needed > 0 and not widths:
         raise ValueError(f"{key} must name at least one width for party.num_layers={count}")
     return [widths[min(i, len(widths) - 1)] for i in range(needed)]
+
+
+def over_rows(fused: torch.Tensor, model: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``model`` on ``fused`` (..., B, in_features): stacked batches (a zeroth-order query's
+    candidates, shape (K, B, in)) one by one, each its own batch (its own batch-norm statistics
+    in training mode), the outputs stacked again."""
+    if fused.dim() <= 2:
+        return model(fused)
+    return torch.stack([over_rows(batch, model) for batch in fused])

@@ -6,6 +6,7 @@ Every formula is in :mod:`vfl_lightning.privacy.analysis`; this object keeps his
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -78,7 +79,9 @@ class PrivacyAccountant:
     evaluation sample: the same formula at ``eval_uses`` = the largest number of releases of one
     validation or test sample (a validation sample is released once per validation epoch, the
     sanity check included; a test sample once per test). It is reported beside the training ε
-    (``eval_feature_eps``), not added to it: no sample is in both.
+    (``eval_feature_eps``), not added to it: no sample is in both. An evaluation without the
+    mechanism (``apply_at_eval=false``) releases clean embeddings: once one has happened
+    (:meth:`record_evaluation` with ``clean``) the evaluation ε is infinite.
     """
 
     def __init__(
@@ -106,6 +109,7 @@ class PrivacyAccountant:
         self.samples_released = 0
         self.epoch_history: list[int] = []
         self.eval_counts: dict[str, np.ndarray] = {}
+        self.clean_eval_releases = 0
         self._spent: tuple[tuple[int, int], dict[str, float]] | None = None
 
     def record(self, batch_size: int) -> None:
@@ -116,9 +120,12 @@ class PrivacyAccountant:
         """Remember the cumulative count at the end of an epoch."""
         self.epoch_history.append(self.samples_released)
 
-    def record_evaluation(self, split: str, indices, split_size: int) -> None:
+    def record_evaluation(self, split: str, indices, split_size: int, clean: bool = False) -> None:
         """One evaluation batch of ``split`` (val, test) released samples ``indices`` (indices
-        into that split of ``split_size`` samples) once each."""
+        into that split of ``split_size`` samples) once each; ``clean``: without noise."""
+        if clean:
+            self.clean_eval_releases += len(indices)
+            return
         counts = self.eval_counts.get(split)
         if counts is None or len(counts) != int(split_size):
             counts = self.eval_counts[split] = np.zeros(int(split_size), dtype=np.int64)
@@ -135,7 +142,10 @@ class PrivacyAccountant:
         return max((int(counts.max()) for counts in self.eval_counts.values()), default=0)
 
     def eval_epsilon(self, level: str) -> tuple[float, float]:
-        """(ε, optimal α) of the evaluation releases at ``delta``; (0, nan) before any."""
+        """(ε, optimal α) of the evaluation releases at ``delta``; (0, nan) before any; (∞, nan)
+        once one was clean."""
+        if self.clean_eval_releases:
+            return math.inf, float("nan")
         if self.eval_uses == 0:
             return 0.0, float("nan")
         rdp = composed_rdp(
@@ -167,7 +177,7 @@ class PrivacyAccountant:
         """Feature and sample ε at δ, the optimal α of the feature ε, and the evaluation
         releases' feature and sample ε (computed once per count of released samples: the epoch's
         log, curve.csv and results.json ask for it)."""
-        key = (self.samples_released, self.eval_uses)
+        key = (self.samples_released, self.eval_uses, self.clean_eval_releases)
         if self._spent is None or self._spent[0] != key:
             feature_eps, feature_alpha = self.epsilon("feature")
             sample_eps, sample_alpha = self.epsilon("sample")
@@ -197,6 +207,7 @@ class PrivacyAccountant:
             "samples_released": self.samples_released,
             "epoch_history": list(self.epoch_history),
             "eval_counts": {split: c.tolist() for split, c in self.eval_counts.items()},
+            "clean_eval_releases": self.clean_eval_releases,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -212,3 +223,4 @@ class PrivacyAccountant:
             split: np.asarray(counts, dtype=np.int64)
             for split, counts in state.get("eval_counts", {}).items()
         }
+        self.clean_eval_releases = int(state.get("clean_eval_releases", 0))

@@ -6,12 +6,22 @@ privacy/eval_feature_eps each epoch; saved in checkpoints.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import lightning as L
 
 from vfl_lightning.privacy.accountant import PrivacyAccountant
 from vfl_lightning.privacy.analysis import DEFAULT_ORDERS
+
+INFINITE_EPSILON = "inf"
+"""How results.json writes an infinite ε (a clean release): strict JSON has no Infinity, and
+``float("inf")`` reads it back."""
+
+
+def json_epsilon(value: float) -> float | str:
+    """``value`` for results.json: :data:`INFINITE_EPSILON` when it is infinite."""
+    return INFINITE_EPSILON if value == math.inf else value
 
 
 class PrivacyCallback(L.Callback):
@@ -50,10 +60,12 @@ class PrivacyCallback(L.Callback):
         self.accountant.record(int(batch[1].shape[0]))
 
     def _record_evaluation(self, trainer, pl_module, batch, split: str) -> None:
-        if self.accountant is None or not pl_module.mechanism.apply_at_eval:
+        if self.accountant is None:
             return
         indices = batch[2].detach().to("cpu").numpy()
-        self.accountant.record_evaluation(split, indices, len(trainer.datamodule.splits[split]))
+        size = len(trainer.datamodule.splits[split])
+        clean = not pl_module.mechanism.apply_at_eval
+        self.accountant.record_evaluation(split, indices, size, clean=clean)
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *_) -> None:
         self._record_evaluation(trainer, pl_module, batch, "val")
@@ -87,8 +99,8 @@ class PrivacyCallback(L.Callback):
             "privacy/sample_alpha": spent["sample_alpha"],
             "privacy/delta": self.delta,
             "privacy/uses_per_sample": self.accountant.uses,
-            "privacy/eval_feature_eps": spent["eval_feature_eps"],
-            "privacy/eval_sample_eps": spent["eval_sample_eps"],
+            "privacy/eval_feature_eps": json_epsilon(spent["eval_feature_eps"]),
+            "privacy/eval_sample_eps": json_epsilon(spent["eval_sample_eps"]),
             "privacy/eval_uses_per_sample": self.accountant.eval_uses,
         }
 

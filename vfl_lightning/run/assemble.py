@@ -88,8 +88,16 @@ def make_callbacks(cfg: DictConfig) -> list:
     return callbacks
 
 
-def make_trainer(cfg: DictConfig, callbacks: list, loggers: list) -> L.Trainer:
-    """The configured trainer, writing checkpoints atomically."""
+def make_trainer(
+    cfg: DictConfig, callbacks: list, loggers: list, resuming: bool = False
+) -> L.Trainer:
+    """The configured trainer, writing checkpoints atomically. A resumed run skips the sanity
+    check: the run it continues made it, and its evaluation releases are accounted once."""
+    skip_sanity = {"num_sanity_val_steps": 0} if resuming else {}
     return instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
+        cfg.trainer,
+        callbacks=callbacks,
+        logger=loggers or False,
+        plugins=[AtomicCheckpointIO()],
+        **skip_sanity,
     )

@@ -1,5 +1,6 @@
-"""Refusals that happen before anything is built, one ConfigError line each: the seed, threads,
-precision, the output directory, the runtime and what ``runtime=ray`` runs."""
+"""Refusals that happen before anything trains, one ConfigError line each: the seed, threads,
+precision, the output directory, the runtime and what ``runtime=ray`` runs (before anything is
+built), and what the privacy accountant can account (once the mechanism is built)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from omegaconf import DictConfig
 
 from vfl_lightning.algorithms.parties import PARTY_SEEDS
 from vfl_lightning.errors import ConfigError
+from vfl_lightning.privacy.analysis.pbm import check_pbm_privacy_parameters
+from vfl_lightning.privacy.callback import PrivacyCallback
 
 RUNTIMES = ("local", "ray")
 
@@ -104,8 +107,9 @@ def check_runtime(cfg: DictConfig) -> None:
             f"{', '.join(algo.RUNTIMES)}); runtime=ray runs {ray_algos()}"
         )
     check_time_scale(cfg.runtime.get("time_scale"))
-    check_party_dir(cfg.runtime.get("party_dir"))
+    check_party_dir(cfg.runtime.get("party_dir"), cfg.get("paths", {}).get("output_dir"))
     check_ray_options(algo, cfg.algo)
+    check_ray_evaluation_release(cfg.get("mechanism") or {}, cfg.algo.get("dp"))
     strategy = cfg.trainer.get("strategy")
     if strategy not in (None, "auto") or cfg.trainer.get("num_nodes", 1) != 1:
         raise ConfigError(
@@ -129,12 +133,43 @@ def party_seeds(cfg: DictConfig) -> str:
     return value
 
 
-def check_party_dir(party_dir) -> None:
-    """``runtime.party_dir``: a directory path (made if missing) where each party keeps its state."""
+def check_ray_evaluation_release(mechanism, dp=None) -> None:
+    """Refuse ``mechanism.apply_at_eval=false`` with a noisy mechanism, and Wait-DP's
+    ``algo.dp.at_eval=false``, under ``runtime=ray``: every validation and test would release
+    each party's clean embedding (ε = ∞), and a party sends only through its mechanism."""
+    if dp is not None and not dp.get("at_eval", True):
+        raise ConfigError(
+            "algo.dp.at_eval=false under runtime=ray: every validation and test would release "
+            "each client's clean embedding (epsilon = inf); keep algo.dp.at_eval=true "
+            "(runtime=local simulates the clean evaluation)"
+        )
+    target = mechanism.get("_target_")
+    if target is None or mechanism.get("apply_at_eval", True):
+        return
+    if get_class(target).noisy:
+        raise ConfigError(
+            f"mechanism.apply_at_eval=false under runtime=ray: every validation and test would "
+            f"release each party's clean embedding (epsilon = inf), and a {target.rsplit('.', 1)[-1]} "
+            "party releases only through its mechanism; keep mechanism.apply_at_eval=true "
+            "(runtime=local simulates the clean evaluation)"
+        )
+
+
+def check_party_dir(party_dir, output_dir: str | None = None) -> None:
+    """``runtime.party_dir``: null (each party's machine names its directory) or a directory path
+    (made if missing) outside the server's run directory ``output_dir``."""
+    if party_dir is None:
+        return
     if not isinstance(party_dir, str) or not party_dir.strip() or Path(party_dir).is_file():
         raise ConfigError(
-            f"runtime.party_dir must be a directory path where each party keeps its state "
-            f"(default ${{paths.output_dir}}/parties), got {party_dir!r}"
+            f"runtime.party_dir must be null (each party's machine names its own directory) or a "
+            f"directory path where each party keeps its state, got {party_dir!r}"
+        )
+    if output_dir and Path(party_dir).resolve().is_relative_to(Path(output_dir).resolve()):
+        raise ConfigError(
+            f"runtime.party_dir must lie outside the server's run directory {output_dir} (the "
+            f"server reads everything there), got {party_dir!r}; null lets each party's machine "
+            "name its own"
         )
 
 
@@ -175,3 +210,12 @@ def check_time_scale(value) -> float:
             f"second of delay), got {value!r}"
         )
     return float(value)
+
+
+def check_accounting(module, callbacks: list) -> None:
+    """With a privacy accountant (a :class:`PrivacyCallback`) and PBM's analysis, refuse before
+    fit what the accountant would refuse at the first epoch's end: M·b beyond its exact range."""
+    mechanism = module.mechanism
+    accounted = any(isinstance(c, PrivacyCallback) for c in callbacks)
+    if accounted and getattr(mechanism, "accounting", None) == "pbm":
+        check_pbm_privacy_parameters(mechanism.b, mechanism.beta, mechanism.num_parties, 1)

@@ -44,8 +44,8 @@ def stop_ray() -> None:
 
 def party_trust(cfg: DictConfig) -> PartyTrust:
     """The run's :class:`PartyTrust` from ``runtime.party_seeds``, ``runtime.party_dir``
-    (made absolute: the actors may run in another working directory) and
-    ``runtime.known_parties``."""
+    (made absolute: the actors may run in another working directory; null: each party's machine
+    names it) and ``runtime.known_parties``."""
     party_dir = cfg.runtime.get("party_dir")
     known = cfg.runtime.get("known_parties")
     if OmegaConf.is_config(known):

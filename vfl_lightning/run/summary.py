@@ -14,6 +14,8 @@ SHOWN_METRICS = ("acc", "acc_clean", "auroc", "auprc", "loss")
 
 
 def _number(value, digits: int = 4) -> str:
+    if value == "inf" or value == math.inf:
+        return "∞"
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return "–"
     return f"{value:.{digits}g}"

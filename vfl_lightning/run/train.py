@@ -14,7 +14,13 @@ from omegaconf import DictConfig, OmegaConf
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.curve import CurveWriter
 from vfl_lightning.run.assemble import build_in_data_dir, make_callbacks, make_loggers, make_trainer
-from vfl_lightning.run.checks import check_output_dir, check_run_config, check_runtime, runtime_name
+from vfl_lightning.run.checks import (
+    check_accounting,
+    check_output_dir,
+    check_run_config,
+    check_runtime,
+    runtime_name,
+)
 from vfl_lightning.run.config_checks import check_config
 from vfl_lightning.run.outcome import (
     RUN_LOG_ONLY,
@@ -32,6 +38,7 @@ from vfl_lightning.run.results import (
     write_results,
 )
 from vfl_lightning.run.resume import check_resume, protocol_config
+from vfl_lightning.run.schema import check_schema
 from vfl_lightning.run.summary import print_summary
 
 log = logging.getLogger(__name__)
@@ -55,6 +62,7 @@ def train(cfg: DictConfig) -> dict:
     try:
         check_output_dir(output_dir)
         check_run_config(cfg)
+        check_schema(cfg)
         check_config(cfg)
         check_runtime(cfg)
         prepare_process(cfg)
@@ -67,8 +75,9 @@ def train(cfg: DictConfig) -> dict:
         if runtime_name(cfg) == "ray":
             attach_ray_parties(cfg, module)
         callbacks = make_callbacks(cfg)
+        check_accounting(module, callbacks)
         loggers = make_loggers(cfg)
-        trainer = make_trainer(cfg, callbacks, loggers)
+        trainer = make_trainer(cfg, callbacks, loggers, resuming=ckpt_path is not None)
         for logger in loggers:
             logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
         # the checkpoint was unpickled in full above (check_resume): Lightning's own weights-only

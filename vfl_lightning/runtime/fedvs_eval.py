@@ -19,6 +19,14 @@ def segment_rows(idx: torch.Tensor, segment: int) -> tuple[torch.Tensor, torch.T
     return positions, (idx // segment) * len(positions) + where
 
 
+def start_coded_evaluation(actor) -> None:
+    """Give a FedVS client actor the (empty) inboxes and shares of the coded evaluation."""
+    actor.eval_inbox = {}
+    actor.eval_shares = {}
+    actor.eval_models = {}
+    actor.eval_generator = None
+
+
 class CodedEvaluationActor:
     """A FedVS client's part (mixed into :class:`~vfl_lightning.runtime.ray_fedvs.FedVSPartyActor`).
 
@@ -27,12 +35,6 @@ class CodedEvaluationActor:
     client's own ``fedvs_eval_data`` stream; its model shares at every evaluation from the stage's
     stream. No client ever sends an embedding of its own in the clear.
     """
-
-    def start_coded_evaluation(self) -> None:
-        self.eval_inbox: dict[str, dict[int, torch.Tensor]] = {}
-        self.eval_shares: dict[str, torch.Tensor] = {}
-        self.eval_models: dict[str, tuple[int, torch.Tensor]] = {}
-        self.eval_generator: torch.Generator | None = None
 
     async def share_eval_data(self, stage: str) -> tuple[int, float]:
         """Share this client's power features of split ``stage`` with every other client;
@@ -46,16 +48,17 @@ class CodedEvaluationActor:
         if self.eval_generator is None:  # one stream for the run's splits, private or derived
             self.eval_generator = self.generators.replay("fedvs_eval_data")
         shares = self.codec.client_data_shares(features, generator=self.eval_generator).cpu()
-        self._send_to_peers("receive_eval_data_share", shares, stage)
-        await self._keep(self.eval_inbox.setdefault(stage, {}), self.party, shares[self.party])
+        self.mail.send("receive_eval_data_share", shares, stage)
+        await self.mail.keep(self.eval_inbox.setdefault(stage, {}), self.party, shares[self.party])
         return segment, data_bound(x)
 
-    async def receive_eval_data_share(self, stage: str, sender: int, share: torch.Tensor) -> None:
-        await self._keep(self.eval_inbox.setdefault(stage, {}), sender, share)
+    async def receive_eval_data_share(self, stage: str, sender: int, sealed) -> None:
+        inbox = self.eval_inbox.setdefault(stage, {})
+        await self.mail.receive(inbox, "receive_eval_data_share", (stage,), sender, sealed)
 
     async def collect_eval_data_shares(self, stage: str) -> None:
         inbox = self.eval_inbox.setdefault(stage, {})
-        await self._wait_for(lambda: len(inbox) == self.num_clients)
+        await self.mail.wait_for(lambda: len(inbox) == self.num_clients)
         self.eval_shares[stage] = torch.cat([inbox[n] for n in range(self.num_clients)], 1)
         del self.eval_inbox[stage]
 
@@ -66,8 +69,8 @@ class CodedEvaluationActor:
             self.model.weight, generator=self.generators.get(stage)
         ).cpu()
         key = (stage, exchange)
-        await self._keep(self.model_inbox.setdefault(key, {}), self.party, shares[self.party])
-        self._send_to_peers("receive_model_share", shares, key)
+        await self.mail.keep(self.model_inbox.setdefault(key, {}), self.party, shares[self.party])
+        self.mail.send("receive_model_share", shares, key)
 
     async def coded_eval_embedding(
         self, stage: str, exchange: int, positions: torch.Tensor
@@ -82,7 +85,7 @@ class CodedEvaluationActor:
                 self.model_inbox.get(key, ())
             ) == self.num_clients
 
-        await self._wait_for(ready)
+        await self.mail.wait_for(ready)
         cached = self.eval_models.get(stage)
         if cached is None or cached[0] != exchange:
             received = self.model_inbox.pop(key)

@@ -1,23 +1,55 @@
-"""A party's own state files under ``runtime=ray``: ``<party_dir>/party_<m>/round_<r>.pt``, written
-atomically by the party for the server checkpoint of training round r and read back on resume."""
+"""A party's own state files under ``runtime=ray``: ``<root>/party_<m>/runs/<run>/round_<r>.pt``,
+written atomically by the party for the server checkpoint of training round r of run ``run`` and
+read back on resume.
+
+``<root>`` is ``runtime.party_dir``, or where it is null (the default) the directory the party's
+own machine names (:func:`default_party_root`): never inside the server's run directory. Only the
+party reads its files, from its own directory, with ``torch.load(weights_only=True)``: tensors and
+plain containers, never a pickled object, so a planted file cannot run code in the party."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import torch
 
 from vfl_lightning.checkpoints import atomic_torch_save
 
+PARTY_DIR_ENV = "VFL_LIGHTNING_PARTY_DIR"
+"""The environment variable that names the parties' root on a party's machine."""
+
+RUN_KEY = re.compile(r"[0-9a-f]{32}")
+"""A run's key: 32 lowercase hex digits (the folder of its state files)."""
+
+
+def default_party_root() -> Path:
+    """The parties' root when ``runtime.party_dir`` is null, read in the party's own process:
+    ``$VFL_LIGHTNING_PARTY_DIR``, else ``$XDG_STATE_HOME/vfl_lightning/parties``, else
+    ``~/.local/state/vfl_lightning/parties``."""
+    named = os.environ.get(PARTY_DIR_ENV)
+    if named:
+        return Path(named).expanduser().resolve()
+    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(state).expanduser().resolve() / "vfl_lightning" / "parties"
+
 
 def party_folder(party_dir: str | Path, party: int) -> Path:
-    """Party ``party``'s own directory under ``runtime.party_dir``: its state files, identity key
-    and pinned peers."""
+    """Party ``party``'s own directory under the parties' root: its identity key, its pinned
+    peers and its runs' state files."""
     return Path(party_dir) / f"party_{int(party)}"
 
 
-def party_state_path(party_dir: str | Path, party: int, round: int) -> Path:
-    return party_folder(party_dir, party) / f"round_{int(round)}.pt"
+def check_run_key(run: str) -> str:
+    if not isinstance(run, str) or not RUN_KEY.fullmatch(run):
+        raise ValueError(f"a run key is 32 lowercase hex digits, got {run!r}")
+    return run
+
+
+def party_state_path(party_dir: str | Path, party: int, run: str, round: int) -> Path:
+    run_folder = party_folder(party_dir, party) / "runs" / check_run_key(run)
+    return run_folder / f"round_{int(round)}.pt"
 
 
 KEPT_ROUNDS = 3
@@ -26,11 +58,27 @@ background after the parties saved theirs, so when a run is killed its last comp
 can be two saves behind the newest party state, never more."""
 
 
-def save_party_state(party_dir: str | Path, party: int, round: int, state: dict) -> Path:
-    """Write party ``party``'s ``state`` for training round ``round`` and remove its state files
-    older than the newest :data:`KEPT_ROUNDS`; returns the file."""
-    path = party_state_path(party_dir, party, round)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def capture_party_state(model, optimizer, generators) -> dict:
+    """What a party saves: its model's tensors, its optimizer's state and its generators'
+    (:meth:`~vfl_lightning.algorithms.parties.PartyGenerators.state_dict`)."""
+    return {
+        "model": {k: v.cpu() for k, v in model.state_dict().items()},
+        "optimizer": optimizer.state_dict(),
+        "generators": generators.state_dict(),
+    }
+
+
+def restore_party_state(state: dict, model, optimizer, generators) -> None:
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    generators.load_state_dict(state["generators"])
+
+
+def save_party_state(party_dir: str | Path, party: int, run: str, round: int, state: dict) -> Path:
+    """Write party ``party``'s ``state`` for training round ``round`` of run ``run`` and remove
+    that run's state files older than the newest :data:`KEPT_ROUNDS`; returns the file."""
+    path = party_state_path(party_dir, party, run, round)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     atomic_torch_save({"party": int(party), "round": int(round), "state": state}, path)
     rounds = sorted(
         int(p.stem.removeprefix("round_"))
@@ -38,14 +86,17 @@ def save_party_state(party_dir: str | Path, party: int, round: int, state: dict)
         if p.stem.removeprefix("round_").isdigit()
     )
     for old in rounds[:-KEPT_ROUNDS]:
-        party_state_path(party_dir, party, old).unlink(missing_ok=True)
+        party_state_path(party_dir, party, run, old).unlink(missing_ok=True)
     return path
 
 
-def load_party_state(party_dir: str | Path, party: int, round: int) -> tuple[dict | None, str]:
-    """(party ``party``'s state saved for round ``round``, "") or (None, one line saying why it
-    cannot be used: missing, unreadable, or saved by another party or for another round)."""
-    path = party_state_path(party_dir, party, round)
+def load_party_state(
+    party_dir: str | Path, party: int, run: str, round: int
+) -> tuple[dict | None, str]:
+    """(party ``party``'s state saved for round ``round`` of run ``run``, "") or (None, one line
+    saying why it cannot be used: missing, unreadable or not tensors and plain values, or saved
+    by another party or for another round)."""
+    path = party_state_path(party_dir, party, run, round)
     if not path.is_file():
         saved = (
             sorted(p.name for p in path.parent.glob("round_*.pt")) if path.parent.is_dir() else []
@@ -56,9 +107,13 @@ def load_party_state(party_dir: str | Path, party: int, round: int) -> tuple[dic
             "round the party saved"
         )
     try:
-        saved = torch.load(path, map_location="cpu", weights_only=False)
+        saved = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
-        return None, f"party {party}'s state file {path} cannot be read: {type(error).__name__}"
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return None, (
+            f"party {party}'s state file {path} cannot be read as tensors and plain values: "
+            f"{type(error).__name__}{': ' + reason[:200] if reason else ''}"
+        )
     found = (saved.get("party"), saved.get("round")) if isinstance(saved, dict) else (None, None)
     if found != (int(party), int(round)):
         return None, (

@@ -3,7 +3,8 @@ pinned peers), and the authenticated key agreement it runs before deriving any p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vfl_lightning.algorithms.parties import PARTY_SEEDS
@@ -20,8 +21,8 @@ from vfl_lightning.mechanisms.identity import (
     sign_public_key,
     write_known_parties,
 )
-from vfl_lightning.mechanisms.keys import fresh_private_key, public_bytes
-from vfl_lightning.runtime.party_state import party_folder
+from vfl_lightning.mechanisms.keys import fresh_private_key, pair_channel_key, public_bytes
+from vfl_lightning.runtime.party_state import default_party_root, party_folder
 
 KNOWN_PARTIES_FILE = "known_parties.json"
 
@@ -31,31 +32,37 @@ class PartyTrust:
     """A run's trust settings, the same for every party actor (picklable).
 
     ``party_seeds``: ``private`` or ``derived`` (see :data:`PARTY_SEEDS`). ``party_dir``: the
-    root of the parties' directories (party m's is ``party_dir/party_<m>``; an absolute path).
-    ``known_parties``: the pinned Ed25519 identities ``{party: 64 hex digits}`` given in the
-    config, or None: each party pins the identities it sees first in its own
-    ``known_parties.json`` (trust on first use) and holds every later run to them.
+    root of the parties' directories (party m's is ``<root>/party_<m>``; an absolute path), or
+    None: each party's own machine names it (:func:`default_party_root`, read in the party's
+    process). ``known_parties``: the pinned Ed25519 identities ``{party: 64 hex digits}`` given in
+    the config, or None: each party pins every identity it sees first for an index in its own
+    ``known_parties.json`` (trust on first use) and holds every later run to it. ``run``: the
+    run's key, the folder of its state files in each party's directory (fresh for every run; a
+    resumed run takes its checkpoint's).
     """
 
     party_seeds: str = "private"
     party_dir: str | None = None
     known_parties: dict | None = None
+    run: str = field(default_factory=lambda: secrets.token_hex(16))
 
     def __post_init__(self) -> None:
         if self.party_seeds not in PARTY_SEEDS:
             raise ConfigError(
                 f"runtime.party_seeds must be one of {PARTY_SEEDS}, got {self.party_seeds!r}"
             )
-        if self.party_dir is None:
-            raise ConfigError("runtime.party_dir must be a directory path, got null")
         if self.known_parties is not None:
             try:
                 known_parties_from_hex(self.known_parties)
             except IdentityConfigError as error:
                 raise ConfigError(f"runtime.known_parties: {error}") from error
 
+    def root(self) -> Path:
+        """The parties' root, as the calling process sees it (call it in the party's actor)."""
+        return Path(self.party_dir) if self.party_dir is not None else default_party_root()
+
     def folder(self, party: int) -> Path:
-        return party_folder(self.party_dir, party)
+        return party_folder(self.root(), party)
 
 
 class PartyKeys:
@@ -66,6 +73,8 @@ class PartyKeys:
         self.trust, self.party = trust, int(party)
         self.key = fresh_private_key()
         self.identity = load_or_create_identity(trust.folder(party))
+        self.channel_keys: dict[int, bytes] = {}
+        """Its 32-byte channel key with each peer, once the key agreement verified them."""
 
     def publish(self, run_id: str) -> tuple[bytes, SignedPublicKey]:
         """(its identity public key, its X25519 public key signed for ``run_id``), for the server
@@ -76,15 +85,18 @@ class PartyKeys:
         return identity_public_bytes(self.identity), signed
 
     def pinned(self, relayed_identities: list[bytes]) -> dict[int, bytes]:
-        """The identities this party trusts: the config's, else its known-parties file's, else
-        (first use, no file yet) the relayed ones, which it then writes to that file."""
+        """The identities this party trusts: the config's, else its known-parties file's, to
+        which it adds (trust on first use) the relayed identity of every index not pinned yet;
+        an index already pinned keeps its identity."""
         if self.trust.known_parties is not None:
             known = known_parties_from_hex(self.trust.known_parties)
         else:
             path = self.trust.folder(self.party) / KNOWN_PARTIES_FILE
-            if not path.exists():
-                write_known_parties(path, dict(enumerate(relayed_identities)))
-            known = read_known_parties(path)
+            known = read_known_parties(path) if path.exists() else {}
+            first_seen = {m: key for m, key in enumerate(relayed_identities) if m not in known}
+            if first_seen:
+                write_known_parties(path, known | first_seen)
+                known = read_known_parties(path)
         own = identity_public_bytes(self.identity)
         if known.get(self.party) != own:
             raise KeyAuthenticationError(
@@ -98,6 +110,13 @@ class PartyKeys:
         self, run_id: str, identities: list[bytes], relayed: list[SignedPublicKey]
     ) -> dict[tuple[int, int], int]:
         """Its pair seeds, once every peer's relayed key verified against the pinned identity
-        (:func:`~vfl_lightning.mechanisms.identity.authenticated_pair_seeds`)."""
+        (:func:`~vfl_lightning.mechanisms.identity.authenticated_pair_seeds`); its channel key
+        with every peer goes to :attr:`channel_keys` (from the same verified keys)."""
         known = self.pinned(identities)
-        return authenticated_pair_seeds(self.key, self.party, relayed, run_id=run_id, known=known)
+        seeds = authenticated_pair_seeds(self.key, self.party, relayed, run_id=run_id, known=known)
+        self.channel_keys = {
+            m: pair_channel_key(self.key, signed.public_key, *sorted((self.party, m)))
+            for m, signed in enumerate(relayed)
+            if m != self.party
+        }
+        return seeds

@@ -19,10 +19,20 @@ DELAY_STREAM = "delays"
 """The party generator stream its work delays are drawn from (checkpointed with the actor)."""
 
 
+def work_delay(mean_s: float, generator: torch.Generator) -> None:
+    """Sleep a party's next work delay, Exp with mean ``mean_s`` seconds drawn from its
+    ``delays`` stream ``generator``."""
+    uniform = torch.rand((), generator=generator, dtype=torch.float64)
+    time.sleep(-math.log1p(-float(uniform)) * mean_s)
+
+
 class AsyncPartyMethods:
     """The asynchronous family's calls on a party actor (mixed into
-    :class:`~vfl_lightning.runtime.ray_parties.PartyActor`, which holds ``model``,
-    ``optimization``, ``features``, ``generators`` and ``device``).
+    :class:`~vfl_lightning.runtime.ray_parties.AsyncPartyActor`, which holds ``model``,
+    ``optimization``, ``features``, ``generators`` and ``device``). The family sends plain
+    embeddings (its protocols refuse any mechanism but ``plain``): the initial pass, a refreshed
+    entry and a message are the embeddings the protocol releases. The initial pass runs once per
+    actor (a resumed run restores the server's table from its checkpoint).
 
     A query's directions come from the party's own training generator (seeded by ``party_seed``),
     so ZOO runs differ from ``runtime=local`` (one module generator for every client). With a
@@ -32,6 +42,8 @@ class AsyncPartyMethods:
 
     work_mean_s: float | None = None
     """Mean work delay in seconds (None: no delay, the default with equal client speeds)."""
+    initial_pass_done = False
+    """Whether this party already sent its initial pass (it sends it once)."""
     zoo: ZooSettings | None = None
     """The settings of the last message's query (None: a first-order message)."""
     query: ZooQuery | None = None
@@ -40,15 +52,14 @@ class AsyncPartyMethods:
     def set_work_delay(self, speed: float, time_scale: float) -> None:
         self.work_mean_s = float(time_scale) / float(speed)
 
-    def work_delay(self) -> None:
-        """Sleep this party's next work delay (none unless :meth:`set_work_delay` was called)."""
-        if self.work_mean_s is None:
-            return
-        uniform = torch.rand((), generator=self.generators.get(DELAY_STREAM), dtype=torch.float64)
-        time.sleep(-math.log1p(-float(uniform)) * self.work_mean_s)
-
     def initial_embeddings(self, chunk: int):
-        """(embedding of the whole training split, serialized bytes), ``chunk`` rows at a time."""
+        """(embedding of the whole training split, serialized bytes), ``chunk`` rows at a time:
+        the initial pass that fills the server's table, sent once."""
+        if self.initial_pass_done:
+            raise PermissionError(
+                f"party {self.party} already sent its initial pass: it sends it once a run"
+            )
+        self.initial_pass_done = True
         features = self.features["train"]
         self.model.train(True)
         with torch.no_grad():
@@ -69,7 +80,8 @@ class AsyncPartyMethods:
     def client_message(self, idx: torch.Tensor, zoo: ZooSettings | None):
         """((c, c_hat), serialized bytes) for training rows ``idx``: a ZOO query in float64
         (c_hat None for a FOO client, whose forward is kept)."""
-        self.work_delay()
+        if self.work_mean_s is not None:
+            work_delay(self.work_mean_s, self.generators.get(DELAY_STREAM))
         x = self.features["train"][idx.to(self.device)]
         self.model.train(True)
         self.zoo = zoo

@@ -17,10 +17,27 @@ from vfl_lightning.algorithms.party_updates import cut_layer_update
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec, data_bound
 from vfl_lightning.mechanisms.field import field_matmul
-from vfl_lightning.runtime.fedvs_eval import CodedEvaluationActor, CodedEvaluationParties
+from vfl_lightning.runtime.fedvs_eval import (
+    CodedEvaluationActor,
+    CodedEvaluationParties,
+    start_coded_evaluation,
+)
 from vfl_lightning.runtime.party_trust import PartyTrust
 from vfl_lightning.runtime.ray_parties import PartyActor, RayParties
+from vfl_lightning.runtime.share_channel import Mailbox
 from vfl_lightning.runtime.transport import serialized_bytes
+
+
+def project_weights(model, bound: float) -> None:
+    """Clamp the PN model's weights to [-bound, bound] (the code's weight bound)."""
+    with torch.no_grad():
+        model.weight.clamp_(-bound, bound)
+
+
+def code_parameters(codec: FedVSCodec) -> dict:
+    """The public code parameters a client builds its :class:`FedVSCodec` from."""
+    names = ("num_clients", "K", "T", "l_x", "l_w", "prime", "weight_bound")
+    return {name: getattr(codec, name) for name in names}
 
 
 class FedVSPartyActor(CodedEvaluationActor, PartyActor):
@@ -55,18 +72,25 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         self.codec = FedVSCodec(**code)
         self.dp = dp
         self.num_clients = self.codec.num_clients
-        self.peers: list = []
+        self.mail = Mailbox(self.party)
         self.data_inbox: dict[int, torch.Tensor] = {}
         self.model_inbox: dict[int, dict[int, torch.Tensor]] = {}
         self.data_shares: torch.Tensor | None = None
         self.plain: tuple[int, torch.Tensor] | None = None
-        self._arrivals: asyncio.Condition | None = None
-        self.start_coded_evaluation()
-        self.project_weights()
+        start_coded_evaluation(self)
+        project_weights(self.model, self.codec.weight_bound)
+
+    def agree(self, run_id: str, identities: list[bytes], relayed: list) -> None:
+        """The key agreement, then a private channel with every other client: its shares are
+        sealed under the pair's key (:class:`~vfl_lightning.runtime.share_channel.Mailbox`)."""
+        super().agree(run_id, identities, relayed)
+        self.mail.set_channel_keys(self.keys.channel_keys)
 
     def set_peers(self, peers: list) -> None:
-        """The other clients' actor handles (shares go to them directly, never via the server)."""
-        self.peers = peers
+        """The other clients' actor handles: shares go to them directly, never via the server,
+        sealed for the client each is meant for (a handle that is not that client reads
+        nothing)."""
+        self.mail.peers = list(peers)
 
     def power_info(self) -> tuple[int, int, int, int, float]:
         """(power features F_n, embedding width h, PN degree, raw features, max |x| of the
@@ -90,36 +114,6 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         noisy = self.dp(out.to(self.device), self.generators.get(stage)).to("cpu")
         return noisy, serialized_bytes(noisy)
 
-    def project_weights(self) -> None:
-        bound = self.codec.weight_bound
-        with torch.no_grad():
-            self.model.weight.clamp_(-bound, bound)
-
-    def _condition(self) -> asyncio.Condition:
-        if self._arrivals is None:
-            self._arrivals = asyncio.Condition()
-        return self._arrivals
-
-    def _send_to_peers(self, method: str, shares: torch.Tensor, *head) -> int:
-        """Send ``shares[n]`` to client n for every other n; returns the serialized bytes sent."""
-        sent = 0
-        for n, peer in enumerate(self.peers):
-            if n == self.party:
-                continue
-            share = shares[n].clone()  # its own storage: a view would serialize every share
-            sent += serialized_bytes(share)
-            getattr(peer, method).remote(*head, self.party, share)
-        return sent
-
-    async def _keep(self, inbox: dict, sender: int, share: torch.Tensor) -> None:
-        async with self._condition():
-            inbox[sender] = share
-            self._condition().notify_all()
-
-    async def _wait_for(self, full) -> None:
-        async with self._condition():
-            await self._condition().wait_for(full)
-
     # ------------------------------------------------------------- data shares (once)
     async def share_data(self) -> tuple[int, int]:
         """Algorithm 1 lines 2-7: one share of this client's quantized power features to every
@@ -128,17 +122,17 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
             features = self.model.power_features(self.features["train"])
         generator = self.generators.replay("fedvs_data")
         shares = self.codec.client_data_shares(features, generator=generator).cpu()
-        sent = self._send_to_peers("receive_data_share", shares)
-        await self._keep(self.data_inbox, self.party, shares[self.party])
+        sent = self.mail.send("receive_data_share", shares)
+        await self.mail.keep(self.data_inbox, self.party, shares[self.party])
         return shares[0].numel() * self.codec.element_bits, sent
 
-    async def receive_data_share(self, sender: int, share: torch.Tensor) -> None:
-        await self._keep(self.data_inbox, sender, share)
+    async def receive_data_share(self, sender: int, sealed) -> None:
+        await self.mail.receive(self.data_inbox, "receive_data_share", (), sender, sealed)
 
     async def collect_data_shares(self) -> None:
         """Line 10: every client's share arrived; keep them side by side in client order,
         (S, F_total) field elements."""
-        await self._wait_for(lambda: len(self.data_inbox) == self.num_clients)
+        await self.mail.wait_for(lambda: len(self.data_inbox) == self.num_clients)
         self.data_shares = torch.cat([self.data_inbox[n] for n in range(self.num_clients)], 1)
         self.data_inbox = {}
 
@@ -149,12 +143,15 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         shares = self.codec.client_model_shares(
             self.model.weight, generator=self.generators.get("train")
         ).cpu()
-        await self._keep(self.model_inbox.setdefault(exchange, {}), self.party, shares[self.party])
+        await self.mail.keep(
+            self.model_inbox.setdefault(exchange, {}), self.party, shares[self.party]
+        )
         await asyncio.sleep(delay_s)
-        return self._send_to_peers("receive_model_share", shares, exchange)
+        return self.mail.send("receive_model_share", shares, exchange)
 
-    async def receive_model_share(self, exchange: int, sender: int, share: torch.Tensor) -> None:
-        await self._keep(self.model_inbox.setdefault(exchange, {}), sender, share)
+    async def receive_model_share(self, exchange, sender: int, sealed) -> None:
+        inbox = self.model_inbox.setdefault(exchange, {})
+        await self.mail.receive(inbox, "receive_model_share", (exchange,), sender, sealed)
 
     async def coded_embedding(
         self, exchange: int, positions: torch.Tensor, delay_s: float
@@ -162,7 +159,9 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         """Lines 21-24: once every client's model share of ``exchange`` is here, the coded
         embedding (eq. 5) of the batch ``positions``, (|B|, h) field elements, returned after
         ``delay_s`` real seconds."""
-        await self._wait_for(lambda: len(self.model_inbox.get(exchange, ())) == self.num_clients)
+        await self.mail.wait_for(
+            lambda: len(self.model_inbox.get(exchange, ())) == self.num_clients
+        )
         received = self.model_inbox.pop(exchange)
         model = torch.cat([received[n] for n in range(self.num_clients)]).long()
         rows = self.data_shares[positions.to(self.data_shares.device)].long()
@@ -177,7 +176,7 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         h = self.model(self.features["train"][idx.to(self.device)])
         gradient = gradient.to(self.device) / self.num_clients
         cut_layer_update(self.optimization, [h], [gradient], models=[self.model])
-        self.project_weights()
+        project_weights(self.model, self.codec.weight_bound)
 
     # ------------------------------------------------------------- Wait / Ignore
     async def plain_embedding(self, exchange: int, idx: torch.Tensor, delay_s: float):
@@ -203,7 +202,7 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         self.plain = None
         gradient = gradient.to(self.device) / used
         cut_layer_update(self.optimization, [h], [gradient], models=[self.model])
-        self.project_weights()
+        project_weights(self.model, self.codec.weight_bound)
 
 
 class RayFedVSParties(CodedEvaluationParties, RayParties, FedVSParties):
@@ -242,18 +241,10 @@ class RayFedVSParties(CodedEvaluationParties, RayParties, FedVSParties):
         self.info = self._gather([a.power_info.remote() for a in self.actors], "setup")
 
     def start_actor(self, factory, party, threads, options):
-        codec = self.codec
-        code = {
-            "num_clients": codec.num_clients,
-            "K": codec.K,
-            "T": codec.T,
-            "l_x": codec.l_x,
-            "l_w": codec.l_w,
-            "prime": codec.prime,
-            "weight_bound": codec.weight_bound,
-        }
         actor = ray.remote(FedVSPartyActor).options(**options)
-        return actor.remote(factory, party, threads, self.trust, code, self.dp)
+        return actor.remote(
+            factory, party, threads, self.trust, code_parameters(self.codec), self.dp
+        )
 
     def _gather(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
         """Every reply, in order, each taken as it arrives: a dead actor is named at once even

@@ -20,7 +20,12 @@ from vfl_lightning.algorithms.party_updates import (
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.identity import KeyAuthenticationError, SignedPublicKey
 from vfl_lightning.optim import scale_lr
-from vfl_lightning.runtime.party_state import load_party_state, save_party_state
+from vfl_lightning.runtime.party_state import (
+    capture_party_state,
+    load_party_state,
+    restore_party_state,
+    save_party_state,
+)
 from vfl_lightning.runtime.party_trust import PartyKeys, PartyTrust
 from vfl_lightning.runtime.ray_async import AsyncPartyMethods, AsyncRayMethods
 from vfl_lightning.runtime.transport import serialized_bytes, wire_dtype
@@ -29,20 +34,28 @@ RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "resources")
 SPLITS = ("train", "val", "test")
 
 
-class PartyActor(AsyncPartyMethods):
-    """Party ``party`` of the run, built by the run's picklable :class:`PartyFactory`.
+class PartyActor:
+    """Party ``party`` of the run, built by the run's picklable :class:`PartyFactory`: the calls
+    every protocol family makes of a party (key agreement, messages for a batch, evaluation
+    streams, parameter digest, its own state files). A family's own
+    calls are in its subclass (:class:`SyncPartyActor`,
+    :class:`~vfl_lightning.runtime.ray_async.AsyncPartyActor`,
+    :class:`~vfl_lightning.runtime.ray_fedvs.FedVSPartyActor`): Ray exposes every method of an
+    actor class to whoever holds its handle, so an actor has no method its protocol does not call,
+    and none returns a clean embedding behind a noisy release, a generator state or a parameter.
 
     The factory loads only this party's columns of each split (its own party file, or its slice
     of the built-in data module: no labels, no other party's columns); builds the party models in
     the local run's order under the run's seed and keeps its own (so initial parameters equal the
-    local runtime's); builds its optimizer and mechanism. ``trust``: where its stream seeds come
-    from (``party_seeds=private``: drawn here, never sent; then torch's global generator is
-    reseeded the same way once the model is built), its own directory ``trust.folder(party)``
-    (its state files, :mod:`~vfl_lightning.runtime.party_state`, and identity key) and its keys
+    local runtime's); builds its optimizer and mechanism. A masking mechanism starts with no pair
+    seed (never the ones derived from the run's seed): the party masks nothing, so sends nothing,
+    before :meth:`agree`. ``trust``: where its stream seeds come from (``party_seeds=private``:
+    drawn here, never sent; then torch's global generator is reseeded the same way once the model
+    is built), its own directory ``trust.folder(party)`` (its state files,
+    :mod:`~vfl_lightning.runtime.party_state`, and identity key) and its keys
     (:class:`~vfl_lightning.runtime.party_trust.PartyKeys`: a fresh X25519 key signed by its
     identity key). Updates go through the same party-side code as the local parties
-    (:mod:`~vfl_lightning.algorithms.party_updates`); the asynchronous family's calls are in
-    :class:`~vfl_lightning.runtime.ray_async.AsyncPartyMethods`.
+    (:mod:`~vfl_lightning.algorithms.party_updates`).
     """
 
     def __init__(
@@ -50,11 +63,14 @@ class PartyActor(AsyncPartyMethods):
     ) -> None:
         torch.set_num_threads(num_threads)
         self.party = int(party)
-        self.party_dir = trust.party_dir
-        self.device = torch.device("cuda" if ray.get_gpu_ids() else "cpu")
+        self.trust = trust
+        gpus = ray.get_gpu_ids() if ray.is_initialized() else []
+        self.device = torch.device("cuda" if gpus else "cpu")
         kit = factory.party(self.party, self.device)
         self.features, self.model = kit.features, kit.model
         self.optimizer, self.mechanism = kit.optimizer, kit.mechanism
+        if self.mechanism.uses_pair_masks:
+            self.mechanism.set_pair_seeds({})
         self.optimization = PartyOptimization(
             zero=self.optimizer.zero_grad, backward=plain_backward, step=self.optimizer.step
         )
@@ -64,7 +80,7 @@ class PartyActor(AsyncPartyMethods):
         if self.generators.private:
             torch.manual_seed(private_seed())
         self.keys = PartyKeys(trust, self.party)
-        self.anchor: list[torch.Tensor] | None = None
+        self.run = trust.run
         self.bits = self.mechanism.bits_per_element
         self._x: torch.Tensor | None = None
         self._h: torch.Tensor | None = None
@@ -81,7 +97,17 @@ class PartyActor(AsyncPartyMethods):
             self.mechanism.set_pair_seeds(seeds)
 
     def send(self, idx: torch.Tensor, stage: str, round: int | None):
-        """(message, serialized bytes): this party's message for rows ``idx`` of the stage."""
+        """(message, serialized bytes): this party's release of rows ``idx`` of the stage, encoded
+        by its mechanism at release ``round``. ``round`` None (an evaluation without the mechanism)
+        only where the mechanism adds no noise, so its release is the embedding anyway: a noisy
+        mechanism's party never sends its clean embedding."""
+        if stage not in SPLITS:
+            raise ValueError(f"party {self.party} embeds rows of {SPLITS}, not {stage!r}")
+        if round is None and self.mechanism.noisy:
+            raise PermissionError(
+                f"party {self.party} releases only through its {type(self.mechanism).__name__} "
+                "mechanism: a release round is required, it sends no clean embedding"
+            )
         x = self.features[stage][idx.to(self.device)]
         training = stage == "train"
         self.model.train(training)
@@ -98,6 +124,46 @@ class PartyActor(AsyncPartyMethods):
         dtype = wire_dtype(self.bits) if out.dtype == torch.int64 else None
         out = out.to("cpu", dtype) if dtype is not None else out.to("cpu")
         return out, serialized_bytes(out)
+
+    def restart_stream(self, stage: str, release: int) -> None:
+        self.generators.restart(stage, release)
+
+    def party_digest(self) -> str:
+        """SHA-256 (hex) of this party's own named parameters: what the server learns of them
+        (results.json's ``model_digest``), no parameter."""
+        return tensor_digest(list(self.model.named_parameters())).hexdigest()
+
+    def save_state(self, round: int) -> None:
+        """Write this party's state (model, optimizer, generators) for the server checkpoint of
+        ``round`` into its own directory (its root, the run's folder)."""
+        state = capture_party_state(self.model, self.optimizer, self.generators)
+        save_party_state(self.trust.root(), self.party, self.run, round, state)
+
+    def load_state(self, run: str, round: int) -> str:
+        """Restore the state this party saved in its own directory for ``round`` of run ``run``
+        (a run key: 32 hex digits naming a folder of its own, no path), tensors and plain values
+        only (``weights_only``), and save into that run's folder from then on; "" or why it
+        cannot."""
+        try:
+            state, problem = load_party_state(self.trust.root(), self.party, run, round)
+        except ValueError as error:
+            return f"party {self.party} refuses to resume: {error}"
+        if state is not None:
+            restore_party_state(state, self.model, self.optimizer, self.generators)
+            self.run = run
+        return problem
+
+
+class SyncPartyActor(PartyActor):
+    """A party of the synchronous family (splitnn, fedsgd, the FedBCD family, pbm, ldp, npq):
+    besides the common calls, the backward of its last training message, FedPBCD's anchor and
+    the FedBCD family's learning-rate schedule."""
+
+    def __init__(
+        self, factory: PartyFactory, party: int, num_threads: int, trust: PartyTrust
+    ) -> None:
+        super().__init__(factory, party, num_threads, trust)
+        self.anchor: list[torch.Tensor] | None = None
 
     def apply_gradient(self, gradient: torch.Tensor, fresh: bool, mu: float) -> None:
         h = self.model(self._x) if fresh else self._h
@@ -118,36 +184,10 @@ class PartyActor(AsyncPartyMethods):
     def set_lr_factor(self, factor: float) -> None:
         scale_lr(self.optimizer, factor)
 
-    def restart_stream(self, stage: str, release: int) -> None:
-        self.generators.restart(stage, release)
 
-    def party_digest(self) -> str:
-        """SHA-256 (hex) of this party's own named parameters: what the server learns of them."""
-        return tensor_digest(list(self.model.named_parameters())).hexdigest()
-
-    def save_state(self, round: int) -> None:
-        """Write this party's state (:meth:`state_dict`) for the server checkpoint of ``round``
-        into its own directory."""
-        save_party_state(self.party_dir, self.party, round, self.state_dict())
-
-    def load_state(self, party_dir: str, round: int) -> str:
-        """Restore the state saved in ``party_dir`` for ``round``; "" or why it cannot."""
-        state, problem = load_party_state(party_dir, self.party, round)
-        if state is not None:
-            self.load_state_dict(state)
-        return problem
-
-    def state_dict(self) -> dict:
-        return {
-            "model": {k: v.cpu() for k, v in self.model.state_dict().items()},
-            "optimizer": self.optimizer.state_dict(),
-            "generators": self.generators.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.generators.load_state_dict(state["generators"])
+class AsyncPartyActor(AsyncPartyMethods, PartyActor):
+    """A party of the asynchronous family (cascade, zoo_vfl, syn_zoo_vfl, vafl): the common calls
+    and the family's (:class:`~vfl_lightning.runtime.ray_async.AsyncPartyMethods`)."""
 
 
 def party_options(party_resources, num_parties: int) -> list[dict]:
@@ -175,13 +215,14 @@ def party_options(party_resources, num_parties: int) -> list[dict]:
 
 class RayParties(AsyncRayMethods, Parties):
     """The parties as Ray actor handles: every call goes to all actors at once and waits for
-    every reply; each party keeps its own state in ``party_dir/party_<m>/`` (files keyed by the
-    server checkpoint's training round) (the asynchronous family's calls, in
+    every reply; each party keeps its own state in its own directory (files keyed by the run and
+    the server checkpoint's training round; the checkpoint holds both, no path) (the asynchronous family's calls, in
     :class:`~vfl_lightning.runtime.ray_async.AsyncRayMethods`, take replies as they arrive). The
     server relays the parties' public keys and never holds a pair seed. Every training message is
     counted in ``ledger.serialized_bytes`` as Ray serializes it. ``trust``
     (:class:`~vfl_lightning.runtime.party_trust.PartyTrust`) goes to every actor; the key
-    agreement is bound to a fresh run id (:meth:`exchange_keys`)."""
+    agreement is bound to a fresh run id (:meth:`exchange_keys`). ``asynchronous``: the parties
+    are :class:`AsyncPartyActor` (the asynchronous family), else :class:`SyncPartyActor`."""
 
     name = "ray"
     in_server_process = False
@@ -194,6 +235,7 @@ class RayParties(AsyncRayMethods, Parties):
         time_scale: float = 1.0,
         party_resources=None,
         trust: PartyTrust,
+        asynchronous: bool = False,
         ledger=None,
         round_fn: Callable[[], int] = lambda: 0,
         device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
@@ -201,6 +243,8 @@ class RayParties(AsyncRayMethods, Parties):
         self.factory = factory
         self.time_scale = float(time_scale)
         self.trust = trust
+        self.run = trust.run
+        self.actor_class = AsyncPartyActor if asynchronous else SyncPartyActor
         options = party_options(party_resources, num_parties)
         threads = torch.get_num_threads()
         self.actors = [
@@ -240,7 +284,7 @@ class RayParties(AsyncRayMethods, Parties):
 
     def start_actor(self, factory: PartyFactory, party: int, threads: int, options: dict):
         """Party ``party``'s actor handle (a protocol's subclass starts its own actor class)."""
-        actor = ray.remote(PartyActor).options(**options)
+        actor = ray.remote(self.actor_class).options(**options)
         return actor.remote(factory, party, threads, self.trust)
 
     def _get(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
@@ -313,21 +357,24 @@ class RayParties(AsyncRayMethods, Parties):
 
     def state_dict(self):
         """Every party saves its own state for this round in its own directory; the server's
-        checkpoint keeps the round (and where the parties keep their states) only."""
+        checkpoint keeps the round only."""
         round = int(self.round_fn())
         self._get([a.save_state.remote(round) for a in self.actors], "checkpoint")
-        return {"round": round, "party_dir": self.trust.party_dir}
+        return {"round": round, "run": self.run}
 
     def load_state_dict(self, state):
-        if "round" not in state:
+        if "round" not in state or "run" not in state:
             raise ConfigError(
-                "this checkpoint was not written by runtime=ray with party-side state (its party "
-                "models are part of the checkpoint): resume it with the runtime that wrote it"
+                "this checkpoint names no Ray parties' run and round (its party models are part "
+                "of the checkpoint, or it names where they are): resume it with the code and "
+                "runtime that wrote it"
             )
-        refs = [a.load_state.remote(state["party_dir"], state["round"]) for a in self.actors]
+        run, round = str(state["run"]), int(state["round"])
+        refs = [a.load_state.remote(run, round) for a in self.actors]
         problems = [problem for problem in self._get(refs, "resume") if problem]
         if problems:
             raise ConfigError(problems[0])
+        self.run = run
 
     def close(self):
         for actor in self.actors:

@@ -32,7 +32,7 @@ class LabelInferenceAttack(WireAttack):
     def __init__(self, party: int = 0, seed: int = 0, reference_metric: float | None = None):
         super().__init__(seed, reference_metric)
         if int(party) < 0:
-            raise ValueError(f"attack party must be >= 0, got {party}")
+            raise ValueError(f"attack.party must be >= 0, got {party}")
         self.party = int(party)
         self.client_correct = 0
         self.eavesdropper_correct = 0
@@ -47,7 +47,7 @@ class LabelInferenceAttack(WireAttack):
     def check(self, pl_module, datamodule) -> None:
         if self.party >= pl_module.num_parties:
             raise ValueError(
-                f"attack party must be in [0, {pl_module.num_parties - 1}], got {self.party}"
+                f"attack.party must be in [0, {pl_module.num_parties - 1}], got {self.party}"
             )
         width = pl_module.widths[self.party]
         if width != pl_module.num_classes:

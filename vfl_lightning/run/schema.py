@@ -1,0 +1,268 @@
+"""The composed config checked key by key before anything is built, one ConfigError line each:
+every key is one the shipped configs or the class it configures know, no value is left unset
+(``???``), and every value has the type and range its key takes.
+
+Known keys: a node with a ``_target_`` takes the parameters of its class
+(:func:`target_parameters`, so ``+optimizer.nesterov=true`` or ``+trainer.num_nodes=2`` pass) and
+the keys config files set for it; ``callbacks`` and ``logger`` take any name whose node has a
+``_target_`` (or is null); every other key must appear in a config file under the config
+directories. Types: a key whose every shipped default is
+a boolean takes a boolean, one whose every default is a number a number, a string a string
+(:data:`NOT_TYPED` lists the keys that take more); :data:`RANGES` adds the range of the keys every protocol shares.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+
+from hydra.utils import get_class, get_method
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from vfl_lightning.errors import ConfigError
+from vfl_lightning.run.schema_rules import RANGES, is_int, is_number
+
+META_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
+CONTAINERS = ("callbacks", "logger")
+"""Nodes whose entries the user names: each a ``_target_`` node, or null to leave one out."""
+NOT_GROUPS = ("hydra", "wandb_sweeps")
+NOT_TYPED = {
+    "trainer.max_epochs",
+    "trainer.devices",
+    "trainer.deterministic",
+    "trainer.fast_dev_run",
+    "trainer.precision",
+    "trainer.limit_train_batches",
+    "trainer.limit_val_batches",
+    "trainer.limit_test_batches",
+    "trainer.val_check_interval",
+    "trainer.num_nodes",
+}
+"""Keys whose shipped defaults are of one type but that also take another (Lightning's ``devices``
+and ``fast_dev_run``, a batch limit as a count or a fraction, ...)."""
+
+
+MISSING_HINTS = {
+    "data.dir": "the directory written by python -m vfl_lightning.data.export (data=party_files "
+    "data.dir=DIR)",
+}
+
+
+def config_dirs() -> list[Path]:
+    """The running Hydra job's file config sources; outside a job, the repository's conf/."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        sources = HydraConfig.get().runtime.config_sources
+        folders = [Path(source.path) for source in sources if source.schema == "file"]
+    except ValueError:
+        folders = []
+    repository = Path(__file__).resolve().parents[2] / "conf"
+    return [f for f in folders if f.is_dir()] or ([repository] if repository.is_dir() else [])
+
+
+@lru_cache(maxsize=8)
+def shipped_defaults(folders: tuple[Path, ...]) -> dict[str, list]:
+    """``{dotted key: [every default a config file gives it]}`` over the config files."""
+    found: dict[str, list] = {}
+
+    def walk(prefix: str, node) -> None:
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            if key == "defaults" and not prefix:
+                continue
+            found.setdefault(path, []).append(value)
+            if isinstance(value, dict):
+                walk(f"{path}.", value)
+
+    for folder in folders:
+        for file in folder.rglob("*.yaml"):
+            group = file.parent.relative_to(folder).parts
+            if group and group[0] in NOT_GROUPS:
+                continue
+            text = file.read_text()
+            data = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
+            if not isinstance(data, dict):
+                continue
+            is_global = "@package _global_" in text or not group
+            walk("" if is_global else ".".join(group) + ".", data)
+    return found
+
+
+@lru_cache(maxsize=64)
+def target_parameters(target: str) -> frozenset[str] | None:
+    """The keyword parameters ``target`` takes: a function's own; a class's ``__init__`` and, while
+    this project's ``__init__``s pass ``**kwargs`` on, those of its bases in MRO order. None (any
+    key) when ``**kwargs`` go to another library (e.g. W&B's ``init``) or the target cannot be
+    imported (instantiation will say why)."""
+    try:
+        found = get_class(target)
+    except Exception:
+        try:
+            found = get_method(target)
+        except Exception:
+            return None
+    if inspect.isclass(found):
+        chain = [(k, k.__dict__["__init__"]) for k in found.__mro__ if "__init__" in k.__dict__]
+    else:
+        chain = [(found, found)]
+    names: set[str] = set()
+    for owner, function in chain:
+        parameters = inspect.signature(function).parameters.values()
+        names |= {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            break
+        if not owner.__module__.startswith("vfl_lightning."):
+            return None
+    return frozenset(names - {"self"})
+
+
+def check_missing(node: DictConfig, prefix: str = "") -> None:
+    """Refuse a value left as ``???`` anywhere in the config."""
+    for key in node:
+        path = f"{prefix}{key}"
+        if OmegaConf.is_missing(node, key):
+            hint = MISSING_HINTS.get(path, f"set it on the command line: {path}=...")
+            raise ConfigError(f"{path} must be set (the config leaves it ???): {hint}")
+        value = node._get_node(key)
+        if isinstance(value, DictConfig) and not value._is_none():
+            check_missing(value, f"{path}.")
+
+
+def _unknown(path: str, allowed: Iterable[str], where: str) -> ConfigError:
+    listed = ", ".join(sorted(a for a in allowed if a not in META_KEYS))
+    name = path.rsplit(".", 1)[-1]
+    return ConfigError(
+        f"{path} is not a config key ({where} takes {listed}); "
+        f"check the spelling of {name!r}, or drop the override"
+    )
+
+
+def check_target_node(path: str, node: DictConfig, known: dict[str, list]) -> None:
+    """A key the node's class does not take is refused unless a config file sets it (for another
+    choice of the group: then the class's own refusal names the configs that set it)."""
+    parameters = target_parameters(str(node.get("_target_")))
+    if parameters is None:
+        return
+    for key in node:
+        if key not in META_KEYS and key not in parameters and f"{path}.{key}" not in known:
+            raise _unknown(f"{path}.{key}", parameters, f"{path} ({node.get('_target_')})")
+
+
+def check_keys(cfg: DictConfig, known: dict[str, list]) -> None:
+    """Refuse a key neither a config file nor the class its node configures knows."""
+    roots = {k.split(".")[0] for k in known}
+    for key in cfg:
+        if key not in roots:
+            raise _unknown(str(key), roots, "the root config")
+        node = cfg._get_node(key)
+        if not isinstance(node, DictConfig) or node._is_none():
+            continue
+        if "_target_" in node:
+            check_target_node(str(key), node, known)
+        elif key in CONTAINERS:
+            for name in node:
+                item = node._get_node(name)
+                if isinstance(item, DictConfig) and not item._is_none():
+                    if "_target_" not in item:
+                        raise ConfigError(
+                            f"{key}.{name} needs a _target_ (the class to instantiate), got "
+                            f"keys {sorted(item)}; or set {key}.{name}=null to leave it out"
+                        )
+                    check_target_node(f"{key}.{name}", item, known)
+        else:
+            inside = {k[len(key) + 1 :].split(".")[0] for k in known if k.startswith(f"{key}.")}
+            for name in node:
+                if name not in inside:
+                    raise _unknown(f"{key}.{name}", inside, key)
+
+
+def _type_of(defaults: list) -> str | None:
+    """``bool``, ``number`` or ``str`` when every shipped default of a key (but null and
+    interpolations) is one."""
+    present = [d for d in defaults if d is not None and not (isinstance(d, str) and "${" in d)]
+    if not present:
+        return None
+    if all(isinstance(d, bool) for d in present):
+        return "bool"
+    if all(is_number(d) for d in present):
+        return "number"
+    if all(isinstance(d, str) for d in present):
+        return "str"
+    return None
+
+
+def leaves(node: DictConfig, prefix: str = ""):
+    """``(dotted key, resolved value)`` of every leaf (lists are leaves)."""
+    for key in node:
+        path = f"{prefix}{key}"
+        value = node.get(key)
+        if isinstance(value, DictConfig):
+            yield from leaves(value, f"{path}.")
+        else:
+            yield path, OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+
+
+def check_values(cfg: DictConfig, known: dict[str, list]) -> None:
+    """Every value of the type its shipped defaults have and in its key's range."""
+    for path, value in leaves(cfg):
+        rule = RANGES.get(path)
+        if rule is not None:
+            accept, text = rule
+            if not accept(value):
+                raise ConfigError(f"{path} must be {text}, got {value!r}")
+            continue
+        kind = None if path in NOT_TYPED else _type_of(known.get(path, []))
+        if kind == "bool" and not isinstance(value, bool):
+            raise ConfigError(f"{path} must be true or false, got {value!r}")
+        if kind == "number" and value is not None and not is_number(value):
+            raise ConfigError(f"{path} must be a finite number, got {value!r}")
+        if kind == "str" and value is not None and not isinstance(value, str):
+            raise ConfigError(f"{path} must be a string, got {value!r}")
+    check_epochs(cfg.get("trainer"))
+    check_fractions(cfg.get("data"))
+
+
+def check_fractions(data) -> None:
+    """``data.val_fraction + data.test_fraction`` must leave training samples; ``data.columns``
+    is read by the explicit partition only."""
+    if data is None:
+        return
+    partition = data.get("partition")
+    if data.get("columns") is not None and partition not in (None, "explicit"):
+        raise ConfigError(
+            f"data.columns is read by data.partition=explicit only, got data.partition="
+            f"{partition}: set data.partition=explicit or data.columns=null"
+        )
+    val, test = data.get("val_fraction"), data.get("test_fraction")
+    if is_number(val) and is_number(test) and val + test >= 1:
+        raise ConfigError(
+            f"data.val_fraction + data.test_fraction must be < 1 (the rest trains), got "
+            f"{val} + {test} = {val + test:g}"
+        )
+
+
+def check_epochs(trainer) -> None:
+    """``trainer.max_epochs``: an integer >= 1, or -1 (or null) when ``trainer.max_steps`` ends
+    training; -1 with ``max_steps=-1`` would train forever."""
+    if trainer is None:
+        return
+    epochs, steps = trainer.get("max_epochs"), trainer.get("max_steps", -1)
+    if is_int(epochs) and epochs >= 1:
+        return
+    if (epochs is None or epochs == -1) and is_int(steps) and steps >= 1:
+        return
+    raise ConfigError(
+        f"trainer.max_epochs must be an integer >= 1 (or -1 with trainer.max_steps >= 1, which "
+        f"then ends training), got {epochs!r} with trainer.max_steps={steps!r}"
+    )
+
+
+def check_schema(cfg: DictConfig) -> None:
+    """Every check of this module: unset values, unknown keys, types and ranges."""
+    check_missing(cfg)
+    known = shipped_defaults(tuple(config_dirs()))
+    check_keys(cfg, known)
+    check_values(cfg, known)
