@@ -144,6 +144,22 @@ def test_ignore_updates_only_the_clients_that_arrived(make_cfg):
     assert 4 * (rounds - 1) <= uploads < 8 * (rounds - 1)
 
 
+def test_ignore_can_wait_for_the_non_stragglers_only(make_cfg):
+    rounds = 10
+    steps = [f"trainer.max_steps={rounds}", "trainer.limit_val_batches=0"]
+    record = PartyRounds()
+    ignore, _ = run(
+        make_cfg(*DIGITS, "algo=fedvs_ignore", "algo.ignore_waits_for=non_stragglers", *steps),
+        [record],
+    )
+    wait, _ = run(make_cfg(*DIGITS, "algo=fedvs_wait", *steps))
+    for r in range(1, rounds):
+        # clients 0-3 are the non-stragglers (Exp(0.1 s)): every one of them is always used
+        assert all(record.uplink[r][n] > record.uplink[r - 1][n] for n in range(4)), r
+    # the last of 4 Exp(0.1 s) arrivals (~0.2 s) against Wait's slowest straggler (~6 s)
+    assert ignore.wire.clock.now / rounds < 1.0 < wait.wire.clock.now / rounds
+
+
 def test_wait_dp_noise_is_calibrated(make_cfg):
     cfg = make_cfg(*DIGITS, "algo=fedvs_wait_dp", "algo.dp.epsilon=2.0", "trainer.max_steps=1")
     results = train(cfg)
@@ -199,6 +215,14 @@ def test_resume_matches_an_uninterrupted_run(make_cfg, tmp_path):
         ),
         (["algo.deadline_s=0"], r"algo.deadline_s must be > 0 or null, got 0"),
         (["algo.strategy=fast"], r"algo.strategy must be one of"),
+        (
+            ["algo.ignore_waits_for=all"],
+            r"algo.ignore_waits_for must be one of \('fedvs', 'non_stragglers'\), got 'all'",
+        ),
+        (
+            ["algo.data_sharing_on_clock=maybe"],
+            r"algo.data_sharing_on_clock must be true or false, got 'maybe'",
+        ),
         (["algo.prime=2147483649"], r"prime must be a prime number, got 2147483649"),
         (["data.batch_size=63", "algo.K=2"], r"data.batch_size=63 must be a multiple of algo.K=2"),
         (["algo=fedvs_wait_dp", "algo.dp.delta=0"], r"algo.dp.delta must be in \(0, 1\), got 0"),
@@ -257,3 +281,14 @@ def test_clock_values_are_pinned(make_cfg, algo):
     now, data_sharing = PINNED_CLOCK[algo]
     assert module.wire.clock.now == now
     assert module.data_sharing_s == data_sharing
+
+
+def test_data_sharing_can_be_kept_off_the_clock(make_cfg):
+    steps = ["trainer.max_steps=6", "trainer.limit_val_batches=0", "algo.max_simulated_s=null"]
+    off, _ = run(make_cfg(*DIGITS, "algo.data_sharing_on_clock=false", *steps))
+    on_now, on_sharing = CLOCK_BEFORE_THE_NETWORK_GROUP["fedvs"]
+    # same rounds, same delay draws: only the one-time sharing is missing from the clock
+    assert off.data_sharing_s == on_sharing
+    assert off.wire.clock.now == pytest.approx(on_now - on_sharing, rel=1e-12)
+    assert off.wire.ledger.total_bits("peer") > 0
+    assert off.results()["fedvs/data_sharing_on_clock"] is False

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
 from vfl_lightning.report import charts, figures
@@ -115,3 +116,60 @@ def test_every_algo_has_its_own_colour_family():
     algos = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "algo").glob("*.yaml"))
     assert sorted(ALGO_COLORMAPS) == algos
     assert len(set(ALGO_COLORMAPS.values())) == len(ALGO_COLORMAPS)
+
+
+def test_pbm_cost_to_target_in_the_papers_units():
+    from vfl_lightning.report.recipe_pbm import paper_units_table
+
+    def run(seed, reached):
+        results = {
+            "algo": "pbm",
+            "seed": seed,
+            "comm/rounds": 1000,
+            "comm/paper_cost_bits": 4.0e9,
+            "rounds_to_target": 250 if reached else None,
+            "epoch_to_target": 5 if reached else None,
+            "mb_to_target": 60.0 if reached else None,
+        }
+        config = {"mechanism": {"b": 16, "beta": 0.15}}
+        return Run(Path(f"/runs/{seed}"), results, [], config=config)
+
+    text = paper_units_table([Group("pbm", {}, [run(0, True), run(1, True), run(2, False)])])
+    # ledger: 60 MB (10^6 bytes) = 480 x 10^6 bits; formula: 4e9 bits x 250/1000 rounds = 1000
+    # epoch_to_target is 0-based: the target was reached in the 6th epoch
+    assert (
+        "| pbm | 16 | 0.15 | 3 | 6.0 ± 0.0 (2/3) | 480.0 ± 0.0 (2/3) | 1000.0 ± 0.0 (2/3) |" in text
+    )
+
+
+def test_fedvs_accuracy_at_rounds_and_at_times():
+    from vfl_lightning.report.recipe_fedvs import accuracy_at
+
+    curve = [
+        {"comm/rounds": 10.0, "time/simulated_s": 5.0, "val/acc": 0.2},
+        {"comm/rounds": 20.0, "time/simulated_s": 12.0, "val/acc": 0.5},
+    ]
+    group = Group("fedvs", {}, [Run(Path("/runs/0"), {"algo": "fedvs"}, curve)])
+    at_rounds = accuracy_at(group, "comm/rounds", [5, 10, 19, 20])
+    assert at_rounds.shape == (4, 1)
+    assert np.isnan(at_rounds[0, 0]) and list(at_rounds[1:, 0]) == [0.2, 0.2, 0.5]
+    assert list(accuracy_at(group, "time/simulated_s", [11.9, 12])[:, 0]) == [0.2, 0.5]
+
+
+def test_fedvs_figures_of_groups_with_different_fixed_keys_get_their_own_files():
+    from vfl_lightning.report.document import Context
+    from vfl_lightning.report.recipe_fedvs import fedvs
+
+    curve = [{"comm/rounds": 10.0, "time/simulated_s": 5.0, "val/acc": 0.2}]
+    results = {"algo": "fedvs", "fedvs/K": 1, "fedvs/T": 1, "fedvs/R": 3, "comm/rounds": 10}
+    results["time/simulated_s"] = 5.0
+    groups = [
+        Group(label, values, [Run(Path(f"/runs/{label}"), dict(results), curve)])
+        for label, values in (("a", {"a": "1", "b": None}), ("b", {"a": None, "b": "2"}))
+    ]
+    runs = [g.runs[0] for g in groups]
+    section = fedvs(Context(runs, groups, "time/simulated_s", "val/acc", "t", [5.0]))
+    stems = [stem for stem, _, _ in section.figures]
+    assert stems == ["fedvs_acc_vs_time", "fedvs_acc_vs_time_2"]
+    for _, figure, _ in section.figures:
+        plt.close(figure)

@@ -1,6 +1,7 @@
 """Synchronous split training: faithful gradients, ledger counts, global_step convention."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -104,3 +105,31 @@ def test_float16_amp_is_refused():
     VFLModule.check_precision("bf16-mixed")
     with pytest.raises(ValueError, match="trainer.precision must be one of .*got '16-mixed'"):
         VFLModule.check_precision("16-mixed")
+
+
+@pytest.mark.parametrize(
+    ("algo", "uplink_bits"), [("pbm", math.log(16 * 4)), ("npq", 32.0), ("splitnn", None)]
+)
+def test_paper_cost_formula_beside_the_ledger(make_cfg, algo, uplink_bits):
+    """PBM-VFL's T·B·M·P·(log(bM) + F) with natural log and F = 32 (npq, ldp: F up)."""
+    batch, parties, width, steps = 32, 4, 16, 5
+    cfg = make_cfg(
+        f"algo={algo}",
+        "mechanism.b=16" if algo == "pbm" else "trainer.max_epochs=1",
+        f"data.batch_size={batch}",
+        "data.drop_last=true",
+        f"party.embedding_dim={width}",
+        f"trainer.max_steps={steps}",
+        "trainer.limit_val_batches=0",
+    )
+    _, module, _ = fit(cfg)
+    results = module.results()
+    if uplink_bits is None:
+        assert "comm/paper_cost_bits" not in results
+        return
+    elements = steps * batch * parties * width
+    assert results["comm/paper_cost_bits"] == pytest.approx(
+        elements * (uplink_bits + 32), rel=1e-12
+    )
+    # the ledger's own PBM width: ceil(log2(M b + 1)) = 7 bits for M = 4, b = 16
+    assert module.wire.ledger.total_bits("up") == elements * (7 if algo == "pbm" else 32)

@@ -25,11 +25,13 @@ from vfl_lightning.wire.stragglers import (
     RoundTiming,
     fedvs_timing,
     model_sharing_scale,
+    non_straggler_deadline,
     wait_timing,
 )
 
 STRATEGIES = ("fedvs", "wait", "ignore", "wait_dp")
 SHORTFALL_POLICIES = ("raise", "wait")
+IGNORE_WAITS_FOR = ("fedvs", "non_stragglers")
 
 
 class StragglerShortfall(RunFailure):
@@ -45,7 +47,8 @@ class FedVSFamily(VFLModule):
       with (1/N) dL/dH through its own plaintext embedding (line 34).
     - ``wait``: plain average of all N embeddings (waits for the slowest client).
     - ``ignore``: average of the embeddings that arrived within the time FedVS would have waited in
-      the same round (same delay draws); only those clients get a gradient.
+      the same round (same delay draws; ``ignore_waits_for="non_stragglers"``: until the last
+      non-straggler arrived, §6.2's wording); only those clients get a gradient.
     - ``wait_dp``: ``wait`` on embeddings privatized by ``dp`` (:class:`WaitDP`: clipped to an L2
       norm per sample plus Gaussian noise calibrated by the analytic Gaussian mechanism).
 
@@ -83,18 +86,26 @@ class FedVSFamily(VFLModule):
         weight_bound: float = 4.0,
         deadline_s: float | None = None,
         on_shortfall: str = "raise",
+        data_sharing_on_clock: bool = True,
+        ignore_waits_for: str = "fedvs",
         dp: WaitDP | None = None,
         **kwargs,
     ) -> None:
         super().__init__(parties, head, mechanism, optimizer, num_classes, name=name, **kwargs)
         if strategy not in STRATEGIES:
             raise ValueError(f"algo.strategy must be one of {STRATEGIES}, got {strategy!r}")
-        if on_shortfall not in SHORTFALL_POLICIES:
-            raise ValueError(
-                f"algo.on_shortfall must be one of {SHORTFALL_POLICIES}, got {on_shortfall!r}"
-            )
+        for label, value, allowed in (
+            ("on_shortfall", on_shortfall, SHORTFALL_POLICIES),
+            ("ignore_waits_for", ignore_waits_for, IGNORE_WAITS_FOR),
+        ):
+            if value not in allowed:
+                raise ValueError(f"algo.{label} must be one of {allowed}, got {value!r}")
         if deadline_s is not None and not deadline_s > 0:
             raise ValueError(f"algo.deadline_s must be > 0 or null, got {deadline_s}")
+        if not isinstance(data_sharing_on_clock, bool):
+            raise ValueError(
+                f"algo.data_sharing_on_clock must be true or false, got {data_sharing_on_clock!r}"
+            )
         if (strategy == "wait_dp") != (dp is not None):
             raise ValueError(
                 "algo.dp (the Wait-DP noise) must be set exactly when algo.strategy=wait_dp "
@@ -115,6 +126,8 @@ class FedVSFamily(VFLModule):
         self.weight_bound = float(weight_bound)
         self.deadline_s = deadline_s
         self.on_shortfall = on_shortfall
+        self.data_sharing_on_clock = data_sharing_on_clock
+        self.ignore_waits_for = ignore_waits_for
         self.dp = dp
         self.val_curve: list[tuple[int, float, float]] = []
         self.shortfall_rounds = 0
@@ -162,8 +175,9 @@ class FedVSFamily(VFLModule):
             self.share_data()
 
     def share_data(self) -> None:
-        """Algorithm 1 lines 1-10, once; charged to the ledger and the clock on a fresh run only
-        (a resumed run shares the same data shares again: the checkpoint does not carry them)."""
+        """Algorithm 1 lines 1-10, once; charged to the ledger, and to the clock unless
+        ``data_sharing_on_clock`` is false, on a fresh run only (a resumed run shares the same
+        data shares again: the checkpoint does not carry them)."""
         bits = self.party_side.share_data()
         if self.data_shared:
             return
@@ -176,7 +190,8 @@ class FedVSFamily(VFLModule):
             T=self.T,
             element_bits=self.codec.element_bits,
         )
-        self.wire.clock.advance(self.data_sharing_s)
+        if self.data_sharing_on_clock:
+            self.wire.clock.advance(self.data_sharing_s)
         self.data_shared = True
 
     # ----------------------------------------------------------------- one round
@@ -280,8 +295,11 @@ class FedVSFamily(VFLModule):
         _, server_opt = self.split_optimizers()
         share_delays, upload_delays = self._draw_delays()
         deadline = None
-        if self.strategy == "ignore":
+        if self.strategy == "ignore" and self.ignore_waits_for == "fedvs":
             deadline = self._fedvs_timing(share_delays, upload_delays).decision_s
+        elif self.strategy == "ignore":
+            arrivals = self.costs.plain_compute_s + upload_delays + self.costs.plain_upload_s
+            deadline = non_straggler_deadline(arrivals, self.wire.clock.delays.non_stragglers)
         timing = wait_timing(
             compute_s=self.costs.plain_compute_s,
             upload_delays=upload_delays,
@@ -350,6 +368,7 @@ class FedVSFamily(VFLModule):
             "fedvs/shortfall_rounds": self.shortfall_rounds,
             "fedvs/responder_counts": list(self.responder_counts),
             "fedvs/data_sharing_s": self.data_sharing_s,
+            "fedvs/data_sharing_on_clock": self.data_sharing_on_clock,
             "fedvs/dp_sigma": 0.0 if self.dp is None else self.dp.sigma,
             "fedvs/val_curve": [list(point) for point in self.val_curve],
         }

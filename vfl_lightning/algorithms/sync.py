@@ -3,12 +3,19 @@ protocol that only swaps the mechanism (pbm, ldp). Its exchange round is reused 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from vfl_lightning.algorithms.base import VFLModule
+from vfl_lightning.mechanisms.pbm import PBM
+
+PAPER_COST_ALGOS = ("pbm", "npq", "ldp")
+"""PBM-VFL and its two baselines: their results also carry the paper's cost formula."""
+PAPER_FLOAT_BITS = 32
+"""PBM-VFL's F (bits of a float), also the width of this library's float32 embeddings."""
 
 
 @dataclass
@@ -85,3 +92,24 @@ class SyncVFL(VFLModule):
         loss, logits = self.protocol_step(xs, y, idx)
         self.log_train_step(loss, logits, y)
         return loss
+
+    # ------------------------------------------------------------- results
+    def results(self) -> dict:
+        out = super().results()
+        if self.name in PAPER_COST_ALGOS:
+            out["comm/paper_cost_bits"] = self.paper_cost_bits()
+        return out
+
+    def paper_cost_bits(self) -> float:
+        """PBM-VFL's total cost T·B·M·P·(log(bM) + F) (§5, natural log, F = 32) of the messages
+        this run sent: T·B·M·P is the number of embedding elements the ledger counted up; log(bM)
+        is PBM's uplink width (b = ``mechanism.b``, M parties), F for the unquantized baselines
+        (npq, ldp). The ledger itself counts ⌈log2(M·b+1)⌉ bits per PBM element."""
+        mechanism = self.mechanism
+        width = getattr(mechanism, "bits_per_element", None) or PAPER_FLOAT_BITS
+        elements = self.wire.ledger.total_bits("up") / width
+        if isinstance(mechanism, PBM):
+            uplink = math.log(mechanism.b * mechanism.num_parties)
+        else:
+            uplink = PAPER_FLOAT_BITS
+        return elements * (uplink + PAPER_FLOAT_BITS)

@@ -24,6 +24,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="report", help="report.md / figure prefix (e.g. pbm)")
     p.add_argument("--note", default="", help="a paragraph put under the report's header")
     p.add_argument("--times", type=float, nargs="+", help="simulated times of the FedVS table")
+    p.add_argument("--rounds", type=float, nargs="+", help="round counts of a second FedVS table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             name=args.name,
             note=args.note,
             times=args.times,
+            rounds=args.rounds,
             progress=not args.no_progress,
         )
     except ReportError as error:

@@ -85,6 +85,7 @@ def make_report(
     name: str = "report",
     note: str = "",
     times: Sequence[float] | None = None,
+    rounds: Sequence[float] | None = None,
     progress: bool = True,
     command: str | None = None,
     wandb_timeout_s: float = 60.0,
@@ -126,7 +127,7 @@ def make_report(
     chosen = choose_recipe(runs) if recipe == "auto" else (None if recipe == "none" else recipe)
     groups = ordered(group_runs(runs), chosen or "")
     title = title_of(runs)
-    ctx = Context(runs, groups, X_AXES[x], y, title, times)
+    ctx = Context(runs, groups, X_AXES[x], y, title, times, rounds)
     sections: list[Section] = [] if chosen is None else [BUILDERS[chosen](ctx)]
     sections.append(overview(ctx, [p for section in sections for p in section.plotted]))
     commands = sweep_commands(runs)

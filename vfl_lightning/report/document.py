@@ -65,6 +65,7 @@ class Context:
     y: str
     title: str
     times: Sequence[float] | None = None
+    rounds: Sequence[float] | None = None
 
 
 def natural(value: str | None) -> tuple:

@@ -42,6 +42,7 @@ def fedvs(ctx: Context) -> Section:
         "–: none had.",
     )
     groups = ordered(ctx.groups, "fedvs")
+    stems: set[str] = set()
     for keys, members in by_overridden_keys(groups).items():
         varying = [k for k in sorted(keys) if len({g.values[k] for g in members}) > 1]
         fixed = ", ".join(
@@ -49,8 +50,14 @@ def fedvs(ctx: Context) -> Section:
         )
         what = (", ".join(short(k) for k in varying) + " varies") if varying else "per algo"
         suffix = f" ({fixed})" if fixed else ""
+        base = "_".join(["fedvs_acc_vs_time", *(short(k) for k in varying)])
+        stem, copy = base, 1
+        while stem in stems:  # one file per figure, also when two share their varying keys
+            copy += 1
+            stem = f"{base}_{copy}"
+        stems.add(stem)
         section.add_figure(
-            "_".join(["fedvs_acc_vs_time", *(short(k) for k in varying)]),
+            stem,
             figures.curves(
                 relabel(members),
                 "time/simulated_s",
@@ -63,12 +70,7 @@ def fedvs(ctx: Context) -> Section:
     times = list(ctx.times or default_times(ctx.runs))
     rows = []
     for group in groups:
-        at = []
-        for run in group.runs:
-            xs = np.array([r["time/simulated_s"] for r in run.curve])
-            ys = np.array([r.get("val/acc", math.nan) for r in run.curve])
-            at.append(step_values(xs, ys, np.array(times)))
-        columns = np.array(at).T
+        columns = accuracy_at(group, "time/simulated_s", times)
         rate = [r.value("comm/rounds") / r.value("time/simulated_s") for r in group.runs]
         rows.append(
             [
@@ -95,10 +97,39 @@ def fedvs(ctx: Context) -> Section:
             rows,
         )
     )
+    if ctx.rounds:
+        section.tables.append(
+            "Validation accuracy last measured at or before each round count (the same runs: "
+            "what a round achieves, whatever it cost on the clock).\n\n"
+            + table(
+                ["group", "seeds", *(f"acc @ round {r:g}" for r in ctx.rounds)],
+                [
+                    [
+                        group.label,
+                        len(group.runs),
+                        *(
+                            summarize(list(c)).text(3)
+                            for c in accuracy_at(group, "comm/rounds", ctx.rounds)
+                        ),
+                    ]
+                    for group in groups
+                ],
+            )
+        )
     section.panels.append(
         Panel("line", "validation accuracy over simulated time", ["val/acc"], "time/simulated_s")
     )
     return section
+
+
+def accuracy_at(group: Group, axis: str, points: Sequence[float]) -> np.ndarray:
+    """(points, runs): each run's validation accuracy last measured at ``axis`` <= each point."""
+    at = []
+    for run in group.runs:
+        xs = np.array([r[axis] for r in run.curve])
+        ys = np.array([r.get("val/acc", math.nan) for r in run.curve])
+        at.append(step_values(xs, ys, np.array(points, dtype=float)))
+    return np.array(at).T
 
 
 def default_times(runs: Sequence[Run]) -> list[float]:

@@ -48,6 +48,7 @@ class StragglerDelays:
             if value < 0:
                 raise ValueError(f"{label} must be >= 0, got {value}")
         stragglers = int(round(straggler_fraction * num_clients))
+        self.non_stragglers = num_clients - stragglers
         ranks = np.arange(1, stragglers + 1)
         self.means = np.concatenate(
             [
@@ -113,6 +114,12 @@ def fedvs_timing(
     used = tuple(int(n) for n in order[:threshold])
     decision = float(arrivals[order[threshold - 1]])
     return RoundTiming(arrivals, used, decision, decision + server_s + download_s + update_s)
+
+
+def non_straggler_deadline(arrivals: np.ndarray, non_stragglers: int) -> float:
+    """When the last of the first ``non_stragglers`` clients (those with the fast mean) arrives:
+    §6.2's Ignore, which "proceeds with aggregating embeddings from non-stragglers"."""
+    return float(np.max(arrivals[: max(non_stragglers, 1)]))
 
 
 def wait_timing(
