@@ -158,7 +158,7 @@ BEFORE_FIT = [
     (["optimizer.momentum=1.5"], r"^optimizer.momentum must be a number in \[0, 1\), got 1.5$"),
     (
         ["+foo=1"],
-        r"^foo is not a config key \(the root config takes algo, attack, callbacks, .*\); check "
+        r"^foo is not a config key \(the root config takes algo, attack, audit, callbacks, .*\); check "
         r"the spelling of 'foo', or drop the override$",
     ),
     (

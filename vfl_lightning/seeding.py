@@ -14,8 +14,8 @@ ROLES = ("server", "party", "simulation", "adversary")
 """Who draws: the server (the module's streams, the activation model of the asynchronous
 family, the data split and shuffle, its defenses), one party (its own noise, ZOO directions, work
 delays, FedVS data shares under Ray), the local simulation drawing for every party at once (FedVS
-data shares under runtime=local, the network's stragglers), or an attack's adversary (its
-auxiliary rows and known samples)."""
+data shares under runtime=local, the network's stragglers, a privacy audit's canary rows and
+coins), or an attack's adversary (its auxiliary rows and known samples)."""
 
 STREAM_OFFSETS = {
     "train": 0,
@@ -37,6 +37,7 @@ SPECIAL_STREAMS = {
     ("server", "defense"): (6_700_417, 31),
     ("simulation", "fedvs_data"): (7_919, 1),
     ("simulation", "stragglers"): (1, 7_177),
+    ("simulation", "canaries"): (1_000_033, 9_973),
     ("adversary", "attack"): (7_919, 23),
     ("adversary", "eavesdropper"): (1, 2_147),
     ("adversary", "collusion"): (1, 0),

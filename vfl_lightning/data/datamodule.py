@@ -7,13 +7,14 @@ index slice per party (no per-sample Python work).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from vfl_lightning.data.canaries import CanaryRecord, place_canaries
 from vfl_lightning.data.datasets import load_dataset
 from vfl_lightning.data.partition import PartySlice, make_partition
 from vfl_lightning.data.raw import RawDataset, binary_view
@@ -114,6 +115,7 @@ class VerticalDataModule(L.LightningDataModule):
         drop_last: bool = False,
         active_party: bool = False,
         binary: bool = False,
+        canaries: Mapping[str, Mapping] | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -147,6 +149,8 @@ class VerticalDataModule(L.LightningDataModule):
         self.drop_last = drop_last
         self.active_party = bool(active_party)
         self.binary = bool(binary)
+        self.canaries = {name: dict(spec) for name, spec in (canaries or {}).items()}
+        self.canary_records: dict[str, CanaryRecord] = {}
         self.splits: dict[str, PartyTensors] = {}
         self.slices: list[PartySlice] = []
         self.num_classes: int = 0
@@ -185,6 +189,13 @@ class VerticalDataModule(L.LightningDataModule):
             ]
             self.splits[stage] = PartyTensors(xs, torch.from_numpy(raw.y[rows]))
         self.split_index = index
+        if self.canaries:
+            self.canary_records = place_canaries(
+                self.splits["train"].xs,
+                self.canaries,
+                seed=self.seed,
+                num_wire_parties=len(self.party_shapes),
+            )
         self._prepared = True
 
     def _split_indices(self, raw: RawDataset) -> dict[str, np.ndarray]:

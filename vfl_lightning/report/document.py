@@ -16,6 +16,7 @@ TITLES = {
     "cascade": "Cascaded hybrid optimization",
     "fedvs": "FedVS",
     "privacy": "Attacks and defenses",
+    "audit": "Privacy audit",
 }
 
 

@@ -152,7 +152,7 @@ def paper_units_table(groups: Sequence[Group]) -> str:
     rows = []
     for group in groups:
         run = group.runs[0]
-        noisy = group.algo in ("pbm", "ldp")
+        noisy = group.noisy
         rows.append(
             [
                 group.algo,

@@ -10,6 +10,7 @@ from vfl_lightning.report.aggregate import summarize
 from vfl_lightning.report.document import Context, Panel, Section
 from vfl_lightning.report.markdown import has, table
 from vfl_lightning.report.privacy import privacy
+from vfl_lightning.report.recipe_audit import audit
 from vfl_lightning.report.recipe_cascade import ATTACKS, cascade
 from vfl_lightning.report.recipe_fedbcd import fedbcd
 from vfl_lightning.report.recipe_fedvs import fedvs
@@ -21,8 +22,11 @@ PRIORITY = ("fedvs", "fedbcd", "cascade", "pbm")
 
 
 def choose_recipe(runs: Sequence[Run]) -> str | None:
-    """The first recipe of :data:`PRIORITY` in which an algo present appears as more than a
-    shared baseline (its config's ``report.recipes``)."""
+    """The recipe for the runs: audit when they ran one, else the first recipe of
+    :data:`PRIORITY` in which an algo present appears as more than a shared baseline (its
+    config's ``report.recipes``)."""
+    if any(key.startswith("audit/") for run in runs for key in run.results):
+        return "audit"
     if any(key in run.results for run in runs for key in ATTACKS):
         return "cascade"
     for name in PRIORITY:
@@ -39,6 +43,13 @@ def check_recipe(recipe: str, runs: Sequence[Run]) -> None:
                 "--recipe privacy needs runs with an attack (train.py attack=feature_reconstruction, "
                 "norm_scoring, direction_scoring, model_completion or label_inference); these "
                 "runs ran none"
+            )
+        return
+    if recipe == "audit":
+        if not any(key.startswith("audit/") for run in runs for key in run.results):
+            raise ReportError(
+                "--recipe audit needs runs with an audit (train.py audit=canary or "
+                "audit=canary_sample); these runs ran none"
             )
         return
     algos = sorted({run.algo for run in runs})
@@ -104,4 +115,5 @@ BUILDERS: dict[str, Callable[[Context], Section]] = {
     "cascade": cascade,
     "fedvs": fedvs,
     "privacy": privacy,
+    "audit": audit,
 }

@@ -26,6 +26,7 @@ def check_config(cfg: DictConfig) -> None:
     check_optimizer(cfg.optimizer)
     check_validation_split(cfg)
     check_data_parallel(cfg, algo)
+    check_audit_data(cfg)
 
 
 def check_accelerator(accelerator) -> None:
@@ -147,4 +148,16 @@ def check_data_parallel(cfg: DictConfig, algo: type) -> None:
             f"trainer.strategy={short} with trainer.devices x trainer.num_nodes = {processes} "
             "processes would not reduce the party gradients (their backward bypasses "
             "DistributedDataParallel): use trainer=ddp, or trainer.devices=1"
+        )
+
+
+def check_audit_data(cfg: DictConfig) -> None:
+    """An ``audit=`` writes canaries into a built-in dataset, never into exported party files."""
+    from vfl_lightning.data.files_datamodule import PartyFilesDataModule
+
+    audits = sorted(cfg.data.get("canaries") or {})
+    if audits and issubclass(get_class(cfg.data._target_), PartyFilesDataModule):
+        raise ConfigError(
+            f"audit={','.join(audits)} writes its canaries into the training data, but "
+            "data=party_files reads exported party files: audit a built-in dataset"
         )

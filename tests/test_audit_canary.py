@@ -1,0 +1,126 @@
+"""The canary audit in a training run: canaries in the data, the server's guesses from its view
+alone, the bound beside the accountant's ε for exactly the canaries' releases, and refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import RAY_TWO_PARTIES as TWO_PARTIES
+
+from vfl_lightning.data import VerticalDataModule
+from vfl_lightning.errors import ConfigError
+from vfl_lightning.privacy.analysis import DEFAULT_ORDERS, pbm_feature_rdp, rdp_to_dp
+from vfl_lightning.privacy.attacks.views import ServerView
+from vfl_lightning.privacy.audit import CanaryAudit, CanaryAuditor
+from vfl_lightning.train import train
+
+SHORT = [
+    "trainer.max_epochs=1",
+    "trainer.limit_val_batches=1",
+    "test=false",
+    "callbacks.checkpoint=null",
+]
+
+
+def test_canaries_in_the_training_data():
+    specs = {
+        "canary": {"level": "feature", "count": 30, "party": 1},
+        "canary_sample": {"level": "sample", "count": 20},
+    }
+    plain = VerticalDataModule(name="digits", num_parties=4)
+    data = VerticalDataModule(name="digits", num_parties=4, canaries=specs)
+    again = VerticalDataModule(name="digits", num_parties=4, canaries=specs)
+    feature, sample = data.canary_records["canary"], data.canary_records["canary_sample"]
+    assert set(feature.rows.tolist()).isdisjoint(sample.rows.tolist())
+    assert feature.parties == (1,) and sample.parties == (0, 1, 2, 3)
+    assert torch.equal(feature.coins, again.canary_records["canary"].coins)
+    train, clean = data.splits["train"], plain.splits["train"]
+    assert torch.equal(train.y, clean.y)  # labels are not touched
+    rows = feature.rows
+    for m in range(4):
+        flat, reference = train.xs[m].flatten(1), clean.xs[m].flatten(1)
+        if m == 1:
+            expected = torch.where(
+                feature.coins[:, None].bool(), reference.amax(0), reference.amin(0)
+            )
+        else:
+            expected = reference.mean(0, dtype=torch.float64).float().expand(len(rows), -1)
+        assert torch.equal(flat[rows], expected), m
+        untouched = torch.ones(len(flat), dtype=torch.bool)
+        untouched[torch.cat([feature.rows, sample.rows])] = False
+        assert torch.equal(flat[untouched], reference[untouched])
+
+
+def test_npq_without_noise_gives_the_largest_bound(make_cfg):
+    """Plain embeddings: the server tells every canary apart; the bound is the most 160 audited
+    canaries can show, and the accountant's ε is infinite."""
+    results = train(make_cfg("algo=npq", "audit=canary", *SHORT))
+    assert results["audit/canary/n"] == 160
+    assert results["audit/canary/guess_acc"] == 1.0
+    assert results["audit/canary/eps_lower"] == results["audit/canary/eps_lower_max"] > 3.0
+    assert results["audit/canary/eps_accountant"] == "inf"
+    assert results["audit/canary/releases"] == 1
+
+
+def test_pbm_bound_stays_below_the_accountant(make_cfg, monkeypatch):
+    """One epoch of PBM: each canary is released once; the accountant's ε for that release is the
+    run's own feature ε after one epoch (every sample released once), and the bound is below it.
+    The auditor is handed server views only."""
+    seen = []
+    observe = CanaryAuditor.observe
+
+    def spy(self, view):
+        seen.append(type(view))
+        observe(self, view)
+
+    monkeypatch.setattr(CanaryAuditor, "observe", spy)
+    results = train(make_cfg("algo=pbm", "audit=[canary,canary_sample]", *SHORT))
+    assert seen and set(seen) == {ServerView}
+    for name in ("canary", "canary_sample"):
+        assert results[f"audit/{name}/releases"] == 1
+        assert 0.0 <= results[f"audit/{name}/eps_lower"] <= results[f"audit/{name}/eps_accountant"]
+    rdp = pbm_feature_rdp(
+        orders=DEFAULT_ORDERS, b=16, beta=0.15, num_parties=4, embedding_dim=16, uses=1
+    )
+    assert (
+        results["audit/canary/eps_accountant"]
+        == rdp_to_dp(orders=DEFAULT_ORDERS, rdp=rdp, delta=1e-5)[0]
+    )
+    assert results["audit/canary/eps_accountant"] == results["privacy/feature_eps"]
+    assert results["audit/canary_sample/eps_accountant"] == results["privacy/sample_eps"]
+
+
+def test_bad_audit_settings_are_refused(make_cfg):
+    with pytest.raises(ValueError, match=r"audit.canary.count must be an integer >= 2, got 1"):
+        VerticalDataModule(name="digits", canaries={"canary": {"count": 1}})
+    with pytest.raises(ValueError, match=r"must be at most half of the 1257 training samples"):
+        VerticalDataModule(name="digits", canaries={"canary": {"count": 700}})
+    with pytest.raises(ValueError, match=r"audit.canary.party must be in \[0, 3\].*got 4"):
+        VerticalDataModule(name="digits", canaries={"canary": {"count": 20, "party": 4}})
+    with pytest.raises(
+        ValueError, match=r"audit.canary.known must be an integer in .* = \[2, 10\]"
+    ):
+        CanaryAudit(count=20, known=15)
+    with pytest.raises(ConfigError, match=r"data=party_files reads exported party files"):
+        train(make_cfg("data=party_files", "data.dir=/nonexistent", "audit=canary", *SHORT))
+    with pytest.raises(ConfigError, match=r"audit=canary: the FedVS family sends coded"):
+        train(make_cfg("experiment=fedvs_digits", "audit=canary", *SHORT))
+
+
+@pytest.mark.slow
+def test_ray_audit_reads_the_server_view_as_local(make_cfg, ray_session):
+    """Under runtime=ray every party actor writes the canaries into its own columns and the
+    auditor reads the wire in the server process, which holds no party column: the same guesses,
+    bound and model as runtime=local (derived party seeds)."""
+    common = [
+        "algo=pbm",
+        *TWO_PARTIES,
+        "trainer.max_epochs=2",
+        "audit=canary",
+        "audit.canary.count=100",
+    ]
+    local = train(make_cfg(*common, "runtime=local"))
+    remote = train(make_cfg(*common, "runtime=ray", "runtime.party_seeds=derived"))
+    assert remote["model_digest"] == local["model_digest"]
+    for key in ("eps_lower", "eps_accountant", "guess_acc", "n", "guesses", "correct", "releases"):
+        assert remote[f"audit/canary/{key}"] == local[f"audit/canary/{key}"], key

@@ -1,0 +1,48 @@
+"""The audit report recipe on runs built in memory: one figure per audit present, a table whose
+numbers are the runs' mean bound and accountant ε, ∞ for a release without noise, and the
+recipe chosen automatically for runs that audited."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vfl_lightning.report.document import Context
+from vfl_lightning.report.recipe_audit import audit
+from vfl_lightning.report.recipes import check_recipe, choose_recipe
+from vfl_lightning.report.runs import ReportError, Run, group_runs
+
+
+def run(algo: str, seed: int, bound: float, accountant) -> Run:
+    results = {
+        "algo": algo,
+        "seed": seed,
+        "test/acc": 0.5,
+        "audit/canary/eps_lower": bound,
+        "audit/canary/eps_accountant": accountant,
+        "audit/canary/eps_lower_max": 3.5,
+        "audit/canary/guess_acc": 0.75,
+        "audit/canary/n": 160,
+    }
+    return Run(Path(f"/runs/{algo}{seed}"), results, [], {"algo": algo})
+
+
+def test_audit_recipe_tables_and_figures():
+    runs = [run("pbm", 0, 1.0, 37.0), run("pbm", 1, 2.0, 37.0), run("npq", 0, 3.5, "inf")]
+    groups = group_runs(runs)
+    section = audit(Context(runs, groups, "epoch", "val/acc", "digits"))
+    assert [stem for stem, _, _ in section.figures] == ["audit_canary"]
+    rows = {
+        line.split(" | ")[0].strip("| "): line.split(" | ")
+        for line in section.tables[0].splitlines()
+    }
+    assert rows["pbm"][4:6] == ["37 ± 0", "1.50 ± 0.71"]
+    assert rows["npq"][4:6] == ["∞", "3.50"]
+    assert choose_recipe(runs) == "audit"
+
+
+def test_audit_recipe_needs_audited_runs():
+    plain = Run(Path("/runs/x"), {"algo": "pbm"}, [], {})
+    with pytest.raises(ReportError, match=r"--recipe audit needs runs with an audit"):
+        check_recipe("audit", [plain])

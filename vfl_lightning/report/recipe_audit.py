@@ -1,0 +1,152 @@
+"""The privacy-audit recipe: the accountant's ε against the audit's empirical lower bound, per
+protocol and setting (PBM's (b, β), LDP, the defenses), one figure per audit and one table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from matplotlib.lines import Line2D
+
+from vfl_lightning.report.aggregate import summarize
+from vfl_lightning.report.charts import MARKERS
+from vfl_lightning.report.document import Context, Panel, Section, ordered
+from vfl_lightning.report.figures import algo_color, new_figure, plain_log_axis
+from vfl_lightning.report.markdown import final_prefix, table
+from vfl_lightning.report.runs import Group
+
+AUDITS = ("canary", "canary_sample")
+WHAT = {"canary": "feature privacy", "canary_sample": "sample privacy"}
+
+
+def audits_of(groups: Sequence[Group]) -> list[str]:
+    """The audits some run of ``groups`` reports."""
+    reported = {key for group in groups for run in group.runs for key in run.results}
+    return [name for name in AUDITS if f"audit/{name}/eps_lower" in reported]
+
+
+def accountant_values(group: Group, name: str) -> list[float]:
+    """The accountant's ε of ``group``'s runs (``inf`` for a release without noise)."""
+    values = []
+    for run in group.runs:
+        value = run.results.get(f"audit/{name}/eps_accountant")
+        values.append(math.inf if value == "inf" else run.value(f"audit/{name}/eps_accountant"))
+    return values
+
+
+def setting(group: Group) -> str:
+    """What distinguishes a group besides its algo: its overrides, or "default"."""
+    shown = group.label.split(" ", 1)
+    return shown[1] if len(shown) > 1 else "default"
+
+
+def audit_figure(groups: Sequence[Group], name: str, title: str):
+    """The bound (mean ± std over seeds) against the accountant's ε (log scale), one colour per
+    algo and one marker per setting; the diagonal (bound = accountant) and the largest bound the
+    audit's canaries allow. Releases without noise (accountant ε = ∞) are drawn at the right
+    edge."""
+    fig, (ax,) = new_figure(title)
+    finite = [e for g in groups for e in accountant_values(g, name) if math.isfinite(e)]
+    right = max(finite, default=10.0) * 3
+    shapes: dict[str, str] = {}
+    handles: dict[str, Line2D] = {}
+    caps = []
+    for group in groups:
+        bound = summarize(group.values_of(f"audit/{name}/eps_lower"))
+        if bound.count == 0:
+            continue
+        caps += group.values_of(f"audit/{name}/eps_lower_max")
+        eps = accountant_values(group, name)
+        x = right if all(math.isinf(e) for e in eps) else summarize(eps).mean
+        marker = shapes.setdefault(setting(group), MARKERS[len(shapes) % len(MARKERS)])
+        color = algo_color(group.algo)
+        ax.errorbar(x, bound.mean, yerr=bound.std, fmt=marker, color=color, capsize=3)
+        handles.setdefault(
+            group.algo, Line2D([], [], color=color, marker="o", linestyle="", label=group.algo)
+        )
+    if not handles:
+        return None
+    cap = summarize(caps)
+    top = 1.15 * max(
+        cap.mean if cap.count else 0.0,
+        *(b for g in groups for b in g.values_of(f"audit/{name}/eps_lower") if math.isfinite(b)),
+    )
+    low = min([*finite, 0.1]) / 2
+    diagonal = [low * 1.1**k for k in range(int(math.log(right / low) / math.log(1.1)) + 2)]
+    ax.plot(diagonal, diagonal, color="black", linewidth=1)
+    if cap.count:
+        ax.axhline(cap.mean, color="black", linestyle=":", linewidth=1)
+    entries = [
+        *handles.values(),
+        Line2D([], [], color="black", linewidth=1, label="bound = accountant's ε"),
+        Line2D(
+            [],
+            [],
+            color="black",
+            linestyle=":",
+            label=f"largest bound {cap.mean:.2f} (every guess right)",
+        ),
+        *(Line2D([], [], color="gray", marker=m, linestyle="", label=s) for s, m in shapes.items()),
+    ]
+    plain_log_axis(ax, "x")
+    ax.set_ylim(-0.03 * max(top, 0.5), max(top, 0.5))
+    ax.set_xlabel("accountant's ε for the audited releases (right edge: no noise, ε = ∞)")
+    ax.set_ylabel("empirical lower bound on ε (95 %)")
+    ax.legend(
+        handles=entries, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False
+    )
+    fig.set_size_inches(8.6, 4.4)
+    return fig
+
+
+def audit(ctx: Context) -> Section:
+    """Formal ε against empirical ε for every audit present, and one table of both."""
+    section = Section(
+        "Privacy audit: the accountant's ε against an empirical lower bound",
+        "Each run audits from the server's view (docs/audit.md): canaries whose audited "
+        "features take one of two values by a fair coin; the server guesses the coins from what "
+        "it received. The bound is the one-run lower bound at 95 % confidence and the "
+        "accountant's δ; the accountant's ε is for exactly the canaries' releases. The true ε "
+        "of those releases lies between the two. With n audited canaries no bound can exceed "
+        "about ln(n/3).",
+    )
+    groups = ordered(ctx.groups, "pbm")
+    prefix = final_prefix(ctx.runs)
+    names = audits_of(groups)
+    for name in names:
+        section.add_figure(
+            f"audit_{name}",
+            audit_figure(groups, name, f"{ctx.title}: audit={name} ({WHAT[name]})"),
+            f"audit={name}: the bound against the accountant's ε, per algo (colour) and setting "
+            "(marker)",
+        )
+    header = ["algo", "setting", "seeds", f"{prefix} acc"]
+    for name in names:
+        header += [f"{name}: accountant ε", f"{name}: bound", f"{name}: guess acc", f"{name}: n"]
+    rows = []
+    for group in groups:
+        row = [
+            group.algo,
+            setting(group),
+            len(group.runs),
+            summarize(group.values_of(f"{prefix}/acc")).text(3),
+        ]
+        for name in names:
+            eps = accountant_values(group, name)
+            shown = (
+                "∞"
+                if eps and all(math.isinf(e) for e in eps)
+                else summarize(eps).text(3, significant=True)
+            )
+            row += [
+                shown,
+                summarize(group.values_of(f"audit/{name}/eps_lower")).text(2),
+                summarize(group.values_of(f"audit/{name}/guess_acc")).text(3),
+                summarize(group.values_of(f"audit/{name}/n")).text(0),
+            ]
+        rows.append(row)
+    section.tables.append(table(header, rows))
+    section.panels.append(
+        Panel("bar", "audit: lower bound on ε", [f"audit/{name}/eps_lower" for name in names])
+    )
+    return section
