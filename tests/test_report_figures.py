@@ -134,6 +134,7 @@ def test_pbm_cost_to_target_in_the_papers_units():
             "seed": seed,
             "comm/rounds": 1000,
             "comm/paper_cost_bits": 4.0e9,
+            "privacy/feature_eps": 2.0,  # a noisy run: its accountant's ε (b and β are shown)
             "rounds_to_target": 250 if reached else None,
             "epoch_to_target": 5 if reached else None,
             "mb_to_target": 60.0 if reached else None,
