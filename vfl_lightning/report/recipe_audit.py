@@ -59,7 +59,7 @@ def audit_figure(groups: Sequence[Group], name: str, title: str):
         eps = accountant_values(group, name)
         x = right if all(math.isinf(e) for e in eps) else summarize(eps).mean
         marker = shapes.setdefault(setting(group), MARKERS[len(shapes) % len(MARKERS)])
-        color = algo_color(group.algo)
+        color = algo_color(group)
         ax.errorbar(x, bound.mean, yerr=bound.std, fmt=marker, color=color, capsize=3)
         handles.setdefault(
             group.algo, Line2D([], [], color=color, marker="o", linestyle="", label=group.algo)
