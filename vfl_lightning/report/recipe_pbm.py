@@ -87,14 +87,10 @@ def pbm(ctx: Context) -> Section:
         )
     rows = []
     for group in groups:
-        run = group.runs[0]
         noisy = group.noisy
         rows.append(
             [
-                group.algo,
-                run.setting("mechanism.b", "-") if noisy else "-",
-                run.setting("mechanism.beta", "-") if noisy else "-",
-                len(group.runs),
+                *setting_columns(group),
                 summarize(group.values_of(f"{prefix}/acc")).text(),
                 summarize(group.values_of(f"{prefix}/acc_clean")).text() if noisy else "–",
                 summarize(group.values_of("train/acc")).text(),
@@ -144,6 +140,18 @@ def paper_cost_to_target(run) -> float:
     )
 
 
+def setting_columns(group: Group) -> list:
+    """The algo, b and β (for a noisy group) and the number of seeds: a PBM table's first columns."""
+    run = group.runs[0]
+    noisy = group.noisy
+    return [
+        group.algo,
+        run.setting("mechanism.b", "-") if noisy else "-",
+        run.setting("mechanism.beta", "-") if noisy else "-",
+        len(group.runs),
+    ]
+
+
 def paper_units_table(groups: Sequence[Group]) -> str:
     """PBM-VFL Table 1's format: epochs to target and the communication to reach it in the
     paper's units (its "MB" are 10^6 bits), by this library's ledger (⌈log2(Mb+1)⌉ bits per PBM
@@ -151,14 +159,9 @@ def paper_units_table(groups: Sequence[Group]) -> str:
     target was reached (``epoch_to_target`` is its 0-based index)."""
     rows = []
     for group in groups:
-        run = group.runs[0]
-        noisy = group.noisy
         rows.append(
             [
-                group.algo,
-                run.setting("mechanism.b", "-") if noisy else "-",
-                run.setting("mechanism.beta", "-") if noisy else "-",
-                len(group.runs),
+                *setting_columns(group),
                 summarize([e + 1 for e in group.values_of("epoch_to_target")]).text(1),
                 summarize([8 * v for v in group.values_of("mb_to_target")]).text(1),
                 summarize([paper_cost_to_target(r) for r in group.runs]).text(1),
