@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from vfl_lightning.data import datasets
 from vfl_lightning.data.raw import RawDataset
+from vfl_lightning.run.schema import META_KEYS, target_parameters
 from vfl_lightning.train import train
 
 EXPERIMENTS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
@@ -158,7 +159,9 @@ def _sweep_jobs(line: str) -> list[list[str]]:
 @pytest.mark.slow
 def test_every_documented_sweep_composes(make_cfg):
     """Each `python train.py` line of docs/papers.md composes for every algorithm, party model
-    and fusion it names (a typo in a key or a choice fails here, not on a GPU)."""
+    and fusion it names, and every key of its algo, models, mechanism and optimizer is one their
+    class takes (a typo, or an experiment's protocol setting that a swept baseline does not take,
+    fails here, not on a GPU)."""
     papers_md = (Path(CONF_DIR).parent / "docs" / "papers.md").read_text()
     lines = [line for line in papers_md.splitlines() if line.startswith("python train.py")]
     assert len(lines) > 30
@@ -166,3 +169,7 @@ def test_every_documented_sweep_composes(make_cfg):
         for job in _sweep_jobs(line):
             cfg = make_cfg(*job)
             assert cfg.algo.name, line
+            for group in ("algo", "party", "head", "mechanism", "optimizer"):
+                taken = target_parameters(str(cfg[group]["_target_"]))
+                extra = set(cfg[group]) - META_KEYS - (taken or set(cfg[group]))
+                assert not extra, f"{line}: {group} ({cfg[group]['_target_']}) gets {extra}"
