@@ -192,16 +192,18 @@ if part fedbcd; then
   else
     # MNIST's 5,000-image offline subset (14 rounds an epoch), one seed, 4 epochs (56 rounds). eta0
     # is "optimized for each experiment" (the paper): FedSGD's validation AUC after 40 rounds
-    # for eta0 in {0.05, 0.1, 0.2, 0.5} picks it. The paper's AUC target of 99.7 % is out of
-    # reach in 56 rounds here, so rounds are counted to AUC 0.9.
+    # for eta0 in {0.05, 0.1, 0.2, 0.5} gives 0.872, 0.897, 0.898, 0.867. eta0 = 0.2 makes Q = 5
+    # diverge in its third round; 0.1 is within 0.001 of it for FedSGD. The paper's AUC target
+    # of 99.7 % is out of reach in 56 rounds here, so rounds are counted to AUC 0.9.
     BCD=(experiment=fedbcd_mnist_cnn data=mnist_small seed=0)
     sweep fedbcd/eta0 "${BCD[@]}" algo=fedbcd algo.local_steps=1 \
       optimizer.lr=0.05,0.1,0.2,0.5 trainer.max_steps=40 trainer.val_check_interval=5 test=false
     sweep fedbcd/table1 "${BCD[@]}" algo=fedbcd,fedbcd_s algo.local_steps=1,3,5 \
-      optimizer.lr=0.2 trainer.max_epochs=4 target.value=0.9
+      optimizer.lr=0.1 trainer.max_epochs=4 target.value=0.9
     NOTE="$SETTING FedBCD Table I and Figure 2, MNIST-CNN, reduced: the 5,000-image offline \
-MNIST subset, one seed, eta0 = 0.2 (the best FedSGD AUC after 40 rounds of eta0 in {0.05, 0.1, \
-0.2, 0.5}, fedbcd/eta0), 56 rounds, rounds counted to AUC 0.9 (the paper: 99.7 %)."
+MNIST subset, one seed, eta0 = 0.1 (FedSGD's validation AUC after 40 rounds: 0.872, 0.897, 0.898 \
+and 0.867 for eta0 = 0.05, 0.1, 0.2, 0.5; 0.2 makes Q = 5 diverge), 56 rounds, rounds counted to \
+AUC 0.9 (the paper: 99.7 %)."
     paper "rounds to AUC 99.7 %: FedSGD 46; FedBCD-p Q = 3: 16, Q = 5: 8; FedBCD-s Q = 1: 48, \
 Q = 3: 15, Q = 5: 9."
     page papers_fedbcd_table1 "$SWEEPS/fedbcd/table1" --recipe fedbcd --x rounds --y val/auroc
