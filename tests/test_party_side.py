@@ -11,13 +11,13 @@ import pytest
 import torch
 from conftest import compose_config
 
-from vfl_lightning.algorithms.party_factory import PARTY_GROUPS, PartyFactory
-from vfl_lightning.algorithms.party_updates import (
+from vfl_lightning.algorithms.party import (
     PartyOptimization,
     client_update,
     cut_layer_update,
     plain_backward,
 )
+from vfl_lightning.algorithms.party_factory import PARTY_GROUPS, PartyFactory
 from vfl_lightning.algorithms.zoo import ZooSettings, client_estimate, client_query
 from vfl_lightning.train import build
 
