@@ -156,7 +156,8 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         return used, [h.detach() for h in outputs]
 
     def update_plain(self, used, gradient):
-        """Each used client's own update (:meth:`~vfl_lightning.algorithms.party.Party.apply_gradient`)."""
+        """Each used client's own update
+        (:meth:`~vfl_lightning.algorithms.party.Party.apply_gradient`), then the projection."""
         for n in used:
             self.members[n].apply_gradient(gradient / len(used))
         self.project_weights()

@@ -1,7 +1,8 @@
-"""The parties in the server's process (``runtime=local``): one :class:`~vfl_lightning.algorithms.party.Party`
-per party (its model a submodule of the protocol's LightningModule, its optimizer, generators and
-what it keeps between a message and its update), updated as a group: every party's backward in
-one autograd pass, every party's step as one foreach update."""
+"""The parties in the server's process (``runtime=local``): one
+:class:`~vfl_lightning.algorithms.party.Party` per party (its model a submodule of the protocol's
+LightningModule, its optimizer, generators and what it keeps between a message and its update),
+updated as a group: every party's backward in one autograd pass, every step as one foreach
+update."""
 
 from __future__ import annotations
 

@@ -29,8 +29,7 @@ class AsyncPartyMethods:
     """The asynchronous family's calls on a party actor (mixed into
     :class:`~vfl_lightning.runtime.ray_parties.AsyncPartyActor`, which holds ``features``,
     ``device`` and its ``own`` :class:`~vfl_lightning.algorithms.party.Party`, whose
-    :meth:`~vfl_lightning.algorithms.party.Party.client_message` and
-    :meth:`~vfl_lightning.algorithms.party.Party.answer` the local parties run too). The family sends plain
+    ``client_message`` and ``answer`` the local parties run too). The family sends plain
     embeddings (its protocols refuse any mechanism but ``plain``): the initial pass, a refreshed
     entry and a message are the embeddings the protocol releases. The initial pass runs once per
     actor (a resumed run restores the server's table from its checkpoint).

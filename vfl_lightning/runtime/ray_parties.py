@@ -29,9 +29,8 @@ SPLITS = ("train", "val", "test")
 class PartyActor:
     """Party ``party`` of the run, built by the run's picklable :class:`PartyFactory`: the calls
     every protocol family makes of a party (key agreement, messages for a batch, evaluation
-    streams, parameter digest, its own state files). A family's own
-    calls are in its subclass (:class:`SyncPartyActor`,
-    :class:`~vfl_lightning.runtime.ray_async.AsyncPartyActor`,
+    streams, parameter digest, its own state files). A family's own calls are in its subclass
+    (:class:`SyncPartyActor`, :class:`~vfl_lightning.runtime.ray_async.AsyncPartyActor`,
     :class:`~vfl_lightning.runtime.ray_fedvs.FedVSPartyActor`): Ray exposes every method of an
     actor class to whoever holds its handle, so an actor has no method its protocol does not call,
     and none returns a clean embedding behind a noisy release, a generator state or a parameter.
@@ -41,11 +40,11 @@ class PartyActor:
     the local run's order under the run's seed and keeps its own (so initial parameters equal the
     local runtime's); builds its optimizer and mechanism. The actor wraps them in its ``own``
     :class:`~vfl_lightning.algorithms.party.Party` (the class the local parties hold) and passes
-    on only the calls below: the party's other methods and its kept forward stay inside. A masking mechanism starts with no pair
-    seed (never the ones derived from the run's seed): the party masks nothing, so sends nothing,
-    before :meth:`agree`. ``trust``: where its stream seeds come from (``party_seeds=private``:
-    drawn here, never sent; then torch's global generator is reseeded the same way once the model
-    is built), its own directory ``trust.folder(party)`` (its state files,
+    on only the calls below: the party's other methods and its kept forward stay inside. A
+    masking mechanism starts with no pair seed (never the ones derived from the run's seed): the
+    party masks nothing, so sends nothing, before :meth:`agree`. ``trust``: where its stream seeds
+    come from (``party_seeds=private``: drawn here, never sent; then torch's global generator is
+    reseeded the same way once the model is built), its own directory ``trust.folder(party)`` (its state files,
     :mod:`~vfl_lightning.runtime.party_state`, and identity key) and its keys
     (:class:`~vfl_lightning.runtime.party_trust.PartyKeys`: a fresh X25519 key signed by its
     identity key).
