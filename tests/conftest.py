@@ -244,10 +244,8 @@ def actor_states(party_side) -> list[dict]:
     """Every Ray party actor's state (model, optimizer, generators), read from the actors."""
     import ray
 
-    from vfl_lightning.runtime.party_state import capture_party_state
-
     def capture(actor) -> dict:  # a local function: Ray ships it by value, not as conftest's
-        return capture_party_state(actor.model, actor.optimizer, actor.generators)
+        return actor.own.state_dict()
 
     return ray.get([actor.__ray_call__.remote(capture) for actor in party_side.actors])
 
@@ -255,10 +253,8 @@ def actor_states(party_side) -> list[dict]:
 def load_actor_states(party_side, states: list[dict]) -> None:
     import ray
 
-    from vfl_lightning.runtime.party_state import restore_party_state
-
     def restore(actor, state: dict) -> None:
-        restore_party_state(state, actor.model, actor.optimizer, actor.generators)
+        actor.own.load_state_dict(state)
 
     actors = zip(party_side.actors, states, strict=True)
     ray.get([actor.__ray_call__.remote(restore, state) for actor, state in actors])

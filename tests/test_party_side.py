@@ -11,13 +11,13 @@ import pytest
 import torch
 from conftest import compose_config
 
-from vfl_lightning.algorithms.party_factory import PARTY_GROUPS, PartyFactory
-from vfl_lightning.algorithms.party_updates import (
+from vfl_lightning.algorithms.party import (
     PartyOptimization,
     client_update,
     cut_layer_update,
     plain_backward,
 )
+from vfl_lightning.algorithms.party_factory import PARTY_GROUPS, PartyFactory
 from vfl_lightning.algorithms.zoo import ZooSettings, client_estimate, client_query
 from vfl_lightning.train import build
 
@@ -144,3 +144,64 @@ def test_the_trainer_checkpoints_the_local_party_sides_optimizers(tmp_path):
     assert wrapped[:-1] == module.party_side.optimizers
     assert all(a is b for a, b in zip(wrapped, module.party_side.optimizers))
     assert wrapped[-1] is module.server_optimizer().optimizer
+
+
+@pytest.mark.parametrize("batch_parties", [True, False])
+def test_the_local_group_updates_each_party_as_a_lone_party_does(batch_parties):
+    """The local parties' grouped update (one autograd pass, one foreach step, grouped fresh
+    forward) and a lone :class:`Party` (what a Ray actor wraps), from the same parameters and
+    gradients: a training message, a FedBCD fresh local step with FedPBCD's proximal term, and
+    the learning-rate factor give the same parameters."""
+    from torch import nn
+
+    from vfl_lightning.algorithms.local_parties import LocalParties
+    from vfl_lightning.algorithms.parties import PartyGenerators, ServerStreams
+    from vfl_lightning.algorithms.party import Party
+    from vfl_lightning.mechanisms.plain import Plain
+    from vfl_lightning.models import MLPEncoder
+
+    torch.manual_seed(0)
+    models = nn.ModuleList(MLPEncoder((6,), hidden=(5,), embedding_dim=3) for _ in range(3))
+    lone = [Party(m, copy.deepcopy(model), PartyGenerators(0, m)) for m, model in enumerate(models)]
+    group = LocalParties(models, Plain(3), 0, ServerStreams(0), batch_parties=batch_parties)
+    sgd = lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.5)  # noqa: E731
+    group.make_optimizers(sgd)
+    for party in lone:
+        party.optimizer = sgd(party.model.parameters())
+    assert all(isinstance(party, Party) for party in group.members)
+    xs = [torch.randn(4, 6) for _ in range(3)]
+    group.set_anchor()
+    for party in lone:
+        party.set_anchor()
+    for fresh, mu, factor in [(False, 0.0, 1.0), (True, 0.2, 0.5), (True, 0.2, 0.25)]:
+        gradients = [torch.randn(4, 3) for _ in range(3)]
+        if not fresh:
+            group.send(xs, torch.arange(4), stage="train", round=None)
+            for party, x in zip(lone, xs, strict=True):
+                party.keep(x, party.forward(x))
+        group.set_lr_factor(factor)
+        group.apply_gradients(gradients, fresh=fresh, mu=mu)
+        for party, g in zip(lone, gradients, strict=True):
+            party.set_lr_factor(factor)
+            party.apply_gradient(g, fresh=fresh, mu=mu)
+    for model, party in zip(models, lone, strict=True):
+        for a, b in zip(model.parameters(), party.model.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+        assert not torch.equal(party.anchor[0], next(party.model.parameters()).detach())
+
+
+def test_party_widths_that_differ_from_the_party_models_are_refused():
+    from vfl_lightning.algorithms import SyncVFL
+    from vfl_lightning.mechanisms.plain import Plain
+    from vfl_lightning.models import LinearHead, MLPEncoder
+
+    parties = [MLPEncoder((3,), embedding_dim=2, hidden=[]) for _ in range(2)]
+    with pytest.raises(ValueError, match=r"^party_widths=\[2, 5\] differ from the party models'"):
+        SyncVFL(
+            parties,
+            LinearHead(4, 2),
+            Plain(2),
+            lambda params: torch.optim.SGD(params, lr=0.1),
+            2,
+            party_widths=[2, 5],
+        )

@@ -191,3 +191,29 @@ def test_a_clean_evaluation_release_is_refused_under_ray(make_cfg, overrides, me
         check_runtime(make_cfg(*overrides, "runtime=ray"))
     assert "epsilon = inf" in str(error.value) and "\n" not in str(error.value)
     check_runtime(make_cfg(*overrides))  # runtime=local simulates it (and reports ε = ∞)
+
+
+def test_an_actor_updates_through_the_party_it_wraps(make_cfg, tmp_path):
+    """The actor's protocol calls drive its wrapped :class:`Party`, the class the local parties
+    hold: a copy of that party, given the same message and gradient (FedBCD's fresh local step
+    with FedPBCD's proximal term included), ends with the same parameters."""
+    import copy
+
+    from vfl_lightning.algorithms.party import Party
+
+    party = actors(make_cfg, tmp_path, "algo=fedpbcd")[0]
+    assert isinstance(party.own, Party)
+    alone = copy.deepcopy(party.own)
+    start = alone.digest()
+    party.set_anchor()
+    alone.set_anchor()
+    idx = torch.arange(8)
+    message, _ = party.send(idx, "train", None)
+    x = party.features["train"][idx]
+    alone.keep(x, alone.forward(x))
+    assert torch.equal(message, alone.h.detach())
+    gradient = torch.randn_like(message)
+    for fresh in (False, True):
+        party.apply_gradient(gradient, fresh, 0.1)
+        alone.apply_gradient(gradient, fresh=fresh, mu=0.1)
+    assert party.party_digest() == alone.digest() != start

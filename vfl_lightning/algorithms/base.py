@@ -66,8 +66,9 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     gradients across ranks, :class:`~vfl_lightning.parallel.RowShares`); the server's gradient is
     rank 0's.
 
-    ``party_widths``: the parties' embedding widths when ``parties`` is empty because the parties
-    build their own models elsewhere (``runtime=ray``); default: each party model's.
+    ``party_widths``: each party's embedding width, as the runtime reports it (``build`` passes
+    it for every runtime; the server's process may hold no party model); default: each party
+    model's. Where both are given they must agree.
 
     ``batch_parties`` (default true): the local parties of one fully connected architecture and
     input shape are evaluated as one grouped computation
@@ -151,9 +152,15 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         self.max_simulated_s = max_simulated_s
         self.num_classes = int(num_classes)
         self.seed = int(seed)
+        model_widths = [int(p.embedding_dim) for p in self.parties]
         if party_widths is None:
-            party_widths = [p.embedding_dim for p in self.parties]
+            party_widths = model_widths
         self.widths = [int(width) for width in party_widths]
+        if model_widths and model_widths != self.widths:
+            raise ValueError(
+                f"party_widths={self.widths} differ from the party models' embedding widths "
+                f"{model_widths}"
+            )
         self._num_parties = len(self.widths)
         clock = SimulatedClock(network, self._num_parties, self.seed)
         self.wire = Wire(self._num_parties, clock, transcript_size)

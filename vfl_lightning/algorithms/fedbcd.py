@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vfl_lightning.algorithms.party_updates import proximal_term
+from vfl_lightning.algorithms.party import proximal_term
 from vfl_lightning.algorithms.sync import SyncVFL
 from vfl_lightning.optim import scale_lr
 

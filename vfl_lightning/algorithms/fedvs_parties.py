@@ -10,12 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from vfl_lightning.algorithms.local_parties import LocalParties, step_one
-from vfl_lightning.algorithms.party_updates import (
-    PartyOptimization,
-    cut_layer_update,
-    plain_backward,
-)
+from vfl_lightning.algorithms.local_parties import LocalParties
+from vfl_lightning.algorithms.party import update_parties
 from vfl_lightning.seeding import seeded_generator
 
 
@@ -120,7 +116,6 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         super().__init__(models, mechanism, seed, streams, batch_parties=batch_parties)
         self.seed = int(seed)
         self.codec, self.dp, self.weight_bound = codec, dp, float(weight_bound)
-        self._plain_outputs: list[torch.Tensor] = []
 
     def power_feature_counts(self):
         return [p.num_power_features for p in self.models]
@@ -144,30 +139,27 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         return responders, self.codec.coded_embeddings(positions, clients=responders)
 
     def update(self, xs, idx, gradient):
-        N = len(self.models)
-        embeddings = self.embed(xs)
-        cut_layer_update(self.optimization, embeddings, [gradient / N] * N, models=self.models)
+        N = len(self.members)
+        for party, x, h in zip(self.members, xs, self.embed(xs), strict=False):
+            party.keep(x, h)
+        update_parties(self.members, [gradient / N] * N, self.optimization)
         self.project_weights()
 
     def plain_round(self, xs, idx, upload_delays, modelled, deadline_s):
         used = sorted(modelled)
-        outputs = [self.models[n](xs[n]) for n in used]
+        outputs = [self.members[n].forward(xs[n]) for n in used]
         if self.dp is not None:
             gen = self.streams.get("train", self.device)
             outputs = [self.dp(h, gen) for h in outputs]
-        self._plain_outputs = outputs
+        for n, h in zip(used, outputs, strict=True):
+            self.members[n].keep(xs[n], h)
         return used, [h.detach() for h in outputs]
 
     def update_plain(self, used, gradient):
-        for n, h in zip(used, self._plain_outputs, strict=True):
-            optimizer = self.optimizers[n]
-            optimization = PartyOptimization(
-                zero=optimizer.zero_grad,
-                backward=plain_backward,
-                step=lambda optimizer=optimizer: step_one(optimizer),
-            )
-            cut_layer_update(optimization, [h], [gradient / len(used)], models=[self.models[n]])
-        self._plain_outputs = []
+        """Each used client's own update
+        (:meth:`~vfl_lightning.algorithms.party.Party.apply_gradient`), then the projection."""
+        for n in used:
+            self.members[n].apply_gradient(gradient / len(used))
         self.project_weights()
 
     def eval_embeddings(self, xs, idx, stage):
@@ -183,6 +175,5 @@ class LocalFedVSParties(LocalParties, FedVSParties):
 
     def project_weights(self) -> None:
         """|w| <= ``weight_bound`` for every client model (Assumption 4)."""
-        with torch.no_grad():
-            for party in self.models:
-                party.weight.clamp_(-self.weight_bound, self.weight_bound)
+        for party in self.members:
+            party.project_weights(self.weight_bound)

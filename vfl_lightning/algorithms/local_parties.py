@@ -1,6 +1,8 @@
-"""The parties in the server's process (``runtime=local``): each party's model (a submodule of the
-protocol's LightningModule), optimizer and generators, held and updated here; every party's
-backward in one autograd pass, every party's step as one foreach update."""
+"""The parties in the server's process (``runtime=local``): one
+:class:`~vfl_lightning.algorithms.party.Party` per party (its model a submodule of the protocol's
+LightningModule, its optimizer, generators and what it keeps between a message and its update),
+updated as a group: every party's backward in one autograd pass, every step as one foreach
+update."""
 
 from __future__ import annotations
 
@@ -9,29 +11,22 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from vfl_lightning.algorithms.parties import (
-    Parties,
-    PartyGenerators,
-    ServerStreams,
-    tensor_digest,
-)
-from vfl_lightning.algorithms.party_updates import (
-    PartyOptimization,
-    client_update,
-    cut_layer_update,
-)
-from vfl_lightning.algorithms.zoo import ZooQuery, ZooSettings, client_query
+from vfl_lightning.algorithms.parties import Parties, PartyGenerators, ServerStreams
+from vfl_lightning.algorithms.party import Party, PartyOptimization, step_one, update_parties
 from vfl_lightning.models.batched import GroupedParties, groupable
-from vfl_lightning.optim import scale_lr, step_together, zero_together
+from vfl_lightning.optim import step_together, zero_together
 from vfl_lightning.parallel.rows import RowShares
 
 
 class LocalParties(Parties):
-    """The in-process simulation of the parties: ``models`` (party m's model at m; the protocol
-    keeps them as its submodules, so Lightning moves and checkpoints them), their optimizers
-    (:meth:`make_optimizers`, which the trainer checkpoints), their generators and what each
-    party keeps between a message and its update. Party m reads slice m of a batch (an active
-    server's own slice, the last, is never read here).
+    """The in-process simulation of the parties: ``members``, one
+    :class:`~vfl_lightning.algorithms.party.Party` per model of ``models`` (party m's model at m;
+    the protocol keeps them as its submodules, so Lightning moves and checkpoints them), with its
+    optimizer (:meth:`make_optimizers`, which the trainer checkpoints), its generators and what it
+    keeps between a message and its update. Party m reads slice m of a batch (an active server's
+    own slice, the last, is never read here). The update rules, the single-party steps and the
+    state are the :class:`Party` code a Ray actor runs; this class adds the grouping: every
+    party's forward, backward and step at once.
 
     ``batch_parties``: parties of one fully connected architecture and input shape are evaluated
     as one grouped computation (:class:`~vfl_lightning.models.batched.GroupedParties`); they stay
@@ -55,7 +50,7 @@ class LocalParties(Parties):
         self.models = models
         self.mechanism = mechanism
         self.streams = streams
-        self.generators = [PartyGenerators(seed, m) for m in range(len(models))]
+        self.members = [Party(m, model, PartyGenerators(seed, m)) for m, model in enumerate(models)]
         grouped = bool(batch_parties) and groupable(models)
         self.grouped = GroupedParties(models) if grouped else None
         self.rows = RowShares()
@@ -66,12 +61,6 @@ class LocalParties(Parties):
             step=lambda: self.step(),
         )
         self._last_grouped: tuple[torch.Tensor | None, tuple[torch.Tensor, ...]] = (None, ())
-        self._last_xs: Sequence[torch.Tensor] | None = None
-        self._last_embeddings: list[torch.Tensor] | None = None
-        self._anchors: list[list[torch.Tensor]] | None = None
-        self._queries: dict[int, ZooQuery] = {}
-        self._outputs: dict[int, torch.Tensor] = {}
-        self._zoo: ZooSettings | None = None
 
     @property
     def device(self) -> torch.device:
@@ -79,7 +68,9 @@ class LocalParties(Parties):
         return next(self.models.parameters()).device
 
     def make_optimizers(self, factory) -> list[torch.optim.Optimizer]:
-        self.optimizers = [factory(model.parameters()) for model in self.models]
+        for party in self.members:
+            party.optimizer = factory(party.model.parameters())
+        self.optimizers = [party.optimizer for party in self.members]
         return self.optimizers
 
     def use_rows(self, rows: RowShares) -> None:
@@ -105,14 +96,15 @@ class LocalParties(Parties):
 
     def stage_generators(self, stage: str) -> list[torch.Generator]:
         device = self.device
-        for gens in self.generators:
-            gens.move(device)
-        return [gens.get(stage) for gens in self.generators]
+        for party in self.members:
+            party.generators.move(device)
+        return [party.generators.get(stage) for party in self.members]
 
     def send(self, xs, idx, *, stage, round):
         embeddings = self.embed(xs)
         if stage == "train":
-            self._last_xs, self._last_embeddings = xs, embeddings
+            for party, x, h in zip(self.members, xs, embeddings, strict=False):
+                party.keep(x, h)
         detached = [h.detach() for h in embeddings]
         if round is None:
             return detached
@@ -181,77 +173,59 @@ class LocalParties(Parties):
                 step_one(optimizer)
 
     def apply_gradients(self, gradients, *, fresh=False, mu=0.0):
-        embeddings = self.embed(self._last_xs) if fresh else self._last_embeddings
-        cut_layer_update(
-            self.optimization,
-            embeddings,
-            gradients,
-            models=self.models,
-            anchors=self._anchors,
-            mu=mu,
-        )
-        self._last_embeddings = None
+        """Every party's update (:func:`~vfl_lightning.algorithms.party.update_parties`) as one
+        group: a fresh forward of the kept inputs grouped like :meth:`embed`."""
+        embeddings = self.embed([party.x for party in self.members]) if fresh else None
+        update_parties(self.members, gradients, self.optimization, embeddings=embeddings, mu=mu)
 
     # ----------------------------------------------------------------- asynchronous family
     def initial_embeddings(self, xs, *, chunk):
         device = self.device
-        with torch.no_grad():
-            return [
-                torch.cat(
-                    [
-                        party(x[start : start + chunk].to(device))
-                        for start in range(0, len(x), chunk)
-                    ]
-                )
-                for party, x in zip(self.models, xs, strict=True)
-            ]
+        return [
+            party.embedding(x.to(device), chunk) for party, x in zip(self.members, xs, strict=True)
+        ]
 
     def embed_rows(self, party, x, idx):
-        with torch.no_grad():
-            return self.models[party](x)
+        return self.members[party].embedding(x)
 
     def client_messages(self, clients, xs, idx, *, zoo):
         """Local: in the order of ``clients``, each computed when asked for; ZOO directions come
         from the server's training stream (one stream for every client, :class:`ServerStreams`)."""
-        self._zoo = zoo
         for m in clients:
-            party = self.models[m]
-            if zoo is None:
-                self._outputs[m] = party(xs[m])
-                yield m, self._outputs[m].detach(), None
-                continue
-            query = client_query(party, xs[m], zoo, self.streams.get("train", self.device))
-            self._queries[m] = query
-            yield m, query.embedding, query.perturbed
+            generator = None if zoo is None else self.streams.get("train", self.device)
+            yield m, *self.members[m].client_message(xs[m], zoo, generator)
 
     def answer_client(self, party, answer):
-        optimizer = self.optimizers[party]
+        """Party ``party``'s :meth:`~vfl_lightning.algorithms.party.Party.answer`, its backward
+        through :meth:`backward` (the data-parallel gradient sum) and its foreach step."""
+        optimizer = self.members[party].optimizer
         optimization = PartyOptimization(
             zero=lambda: zero_together([optimizer]),
             backward=self.backward,
             step=lambda: step_one(optimizer),
         )
-        query = self._queries.pop(party, None)
-        pending = self._outputs.pop(party) if query is None else query
-        client_update(optimization, pending, answer, model=self.models[party], zoo=self._zoo)
+        self.members[party].answer(answer, optimization)
 
     # ----------------------------------------------------------------- schedule and state
     def set_anchor(self):
-        self._anchors = [[p.detach().clone() for p in party.parameters()] for party in self.models]
+        for party in self.members:
+            party.set_anchor()
 
     def set_lr_factor(self, factor):
-        for optimizer in self.optimizers:
-            scale_lr(optimizer, factor)
+        for party in self.members:
+            party.set_lr_factor(factor)
 
     def restart_stream(self, stage, release):
-        for gens in self.generators:
-            gens.restart(stage, release)
+        for party in self.members:
+            party.generators.restart(stage, release)
 
     def party_digests(self):
-        return [tensor_digest(list(p.named_parameters())).hexdigest() for p in self.models]
+        return [party.digest() for party in self.members]
 
     def state_dict(self):
-        return {"generators": [gens.state_dict() for gens in self.generators]}
+        """The parties' generator states (their models and optimizers are in the trainer's
+        checkpoint, as the protocol's submodules and optimizers)."""
+        return {"generators": [party.generators.state_dict() for party in self.members]}
 
     def load_state_dict(self, state):
         if "generators" not in state:
@@ -259,15 +233,8 @@ class LocalParties(Parties):
                 "this checkpoint was written by runtime=ray (its parties' models live in the "
                 "checkpoint's actor states): resume it with runtime=ray"
             )
-        for gens, saved in zip(self.generators, state["generators"], strict=True):
-            gens.load_state_dict(saved)
+        for party, saved in zip(self.members, state["generators"], strict=True):
+            party.generators.load_state_dict(saved)
 
     def close(self):
         """Nothing to release: the party models belong to the protocol's module."""
-
-
-def step_one(optimizer: torch.optim.Optimizer) -> None:
-    """One party optimizer's step; a plain SGD one as a foreach update (:func:`step_together`,
-    the same values as its own ``step``)."""
-    if not step_together([optimizer]):
-        optimizer.step()

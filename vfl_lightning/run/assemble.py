@@ -23,8 +23,8 @@ def build(cfg: DictConfig, runtime: LocalRuntime | None = None):
     get_class(cfg.algo._target_).check_party_class(get_class(cfg.party._target_), cfg.algo.name)
     factory = PartyFactory.from_config(cfg)
     runtime = make_runtime(cfg) if runtime is None else runtime
-    datamodule, parties, sizes = runtime.server_side(factory)
-    widths = list(sizes.get("party_widths", [p.embedding_dim for p in parties]))
+    datamodule, parties, party_widths = runtime.server_side(factory)
+    widths = list(party_widths)
     num_parties = len(widths)
     # An active label holder (data.active_party=true) gets its own party model for its own slice.
     server_shape = getattr(datamodule, "server_shape", None)
@@ -46,7 +46,7 @@ def build(cfg: DictConfig, runtime: LocalRuntime | None = None):
         num_classes=datamodule.num_classes,
         seed=cfg.seed,
         network=network,
-        **sizes,
+        party_widths=party_widths,
         **active,
     )
     return datamodule, module

@@ -121,7 +121,7 @@ class RayRuntime(LocalRuntime):
         from vfl_lightning.runtime.server_data import server_setup
 
         setup = server_setup(factory)
-        return setup.datamodule, [], {"party_widths": list(setup.widths)}
+        return setup.datamodule, [], list(setup.widths)
 
     def attach(self, cfg: DictConfig, module: VFLModule) -> None:
         attach_ray_parties(cfg, module)

@@ -32,9 +32,11 @@ class LocalRuntime:
         return False
 
     def server_side(self, factory: PartyFactory):
-        """(data module, party models, protocol keyword arguments) of the server's process."""
+        """(data module, party models, the parties' embedding widths) of the server's process:
+        here the party models, and their widths."""
         datamodule = factory.datamodule()
-        return datamodule, factory.party_models(datamodule.party_shapes), {}
+        parties = factory.party_models(datamodule.party_shapes)
+        return datamodule, parties, [int(p.embedding_dim) for p in parties]
 
     def attach(self, cfg: DictConfig, module) -> None:
         """Connect the built ``module`` to its parties (local: they are its own submodules)."""

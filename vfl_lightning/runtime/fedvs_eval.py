@@ -44,9 +44,9 @@ class CodedEvaluationActor:
         padded = x.new_zeros((self.codec.K * segment, *x.shape[1:]))
         padded[: x.shape[0]] = x
         with torch.no_grad():
-            features = self.model.power_features(padded)
+            features = self.own.model.power_features(padded)
         if self.eval_generator is None:  # one stream for the run's splits, private or derived
-            self.eval_generator = self.generators.replay("fedvs_eval_data")
+            self.eval_generator = self.own.generators.replay("fedvs_eval_data")
         shares = self.codec.client_data_shares(features, generator=self.eval_generator).cpu()
         self.mail.send("receive_eval_data_share", shares, stage)
         await self.mail.keep(self.eval_inbox.setdefault(stage, {}), self.party, shares[self.party])
@@ -66,7 +66,7 @@ class CodedEvaluationActor:
         """Share the current model for evaluation ``exchange`` of ``stage`` (fresh masks and
         stochastic rounding from the stage's stream, never the training stream)."""
         shares = self.codec.client_model_shares(
-            self.model.weight, generator=self.generators.get(stage)
+            self.own.model.weight, generator=self.own.generators.get(stage)
         ).cpu()
         key = (stage, exchange)
         await self.mail.keep(self.model_inbox.setdefault(key, {}), self.party, shares[self.party])

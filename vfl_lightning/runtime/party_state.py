@@ -58,22 +58,6 @@ background after the parties saved theirs, so when a run is killed its last comp
 can be two saves behind the newest party state, never more."""
 
 
-def capture_party_state(model, optimizer, generators) -> dict:
-    """What a party saves: its model's tensors, its optimizer's state and its generators'
-    (:meth:`~vfl_lightning.algorithms.parties.PartyGenerators.state_dict`)."""
-    return {
-        "model": {k: v.cpu() for k, v in model.state_dict().items()},
-        "optimizer": optimizer.state_dict(),
-        "generators": generators.state_dict(),
-    }
-
-
-def restore_party_state(state: dict, model, optimizer, generators) -> None:
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    generators.load_state_dict(state["generators"])
-
-
 def save_party_state(party_dir: str | Path, party: int, run: str, round: int, state: dict) -> Path:
     """Write party ``party``'s ``state`` for training round ``round`` of run ``run`` and remove
     that run's state files older than the newest :data:`KEPT_ROUNDS`; returns the file."""

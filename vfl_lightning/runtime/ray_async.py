@@ -11,8 +11,7 @@ from collections.abc import Sequence
 import ray
 import torch
 
-from vfl_lightning.algorithms.party_updates import client_update
-from vfl_lightning.algorithms.zoo import ZooQuery, ZooSettings, client_query
+from vfl_lightning.algorithms.zoo import ZooSettings
 from vfl_lightning.runtime.transport import serialized_bytes
 
 DELAY_STREAM = "delays"
@@ -28,8 +27,9 @@ def work_delay(mean_s: float, generator: torch.Generator) -> None:
 
 class AsyncPartyMethods:
     """The asynchronous family's calls on a party actor (mixed into
-    :class:`~vfl_lightning.runtime.ray_parties.AsyncPartyActor`, which holds ``model``,
-    ``optimization``, ``features``, ``generators`` and ``device``). The family sends plain
+    :class:`~vfl_lightning.runtime.ray_parties.AsyncPartyActor`, which holds ``features``,
+    ``device`` and its ``own`` :class:`~vfl_lightning.algorithms.party.Party`, whose
+    ``client_message`` and ``answer`` the local parties run too). The family sends plain
     embeddings (its protocols refuse any mechanism but ``plain``): the initial pass, a refreshed
     entry and a message are the embeddings the protocol releases. The initial pass runs once per
     actor (a resumed run restores the server's table from its checkpoint).
@@ -44,10 +44,6 @@ class AsyncPartyMethods:
     """Mean work delay in seconds (None: no delay, the default with equal client speeds)."""
     initial_pass_done = False
     """Whether this party already sent its initial pass (it sends it once)."""
-    zoo: ZooSettings | None = None
-    """The settings of the last message's query (None: a first-order message)."""
-    query: ZooQuery | None = None
-    """The last query, its directions kept until its losses come back."""
 
     def set_work_delay(self, speed: float, time_scale: float) -> None:
         self.work_mean_s = float(time_scale) / float(speed)
@@ -60,51 +56,37 @@ class AsyncPartyMethods:
                 f"party {self.party} already sent its initial pass: it sends it once a run"
             )
         self.initial_pass_done = True
-        features = self.features["train"]
-        self.model.train(True)
-        with torch.no_grad():
-            pieces = [
-                self.model(features[start : start + chunk])
-                for start in range(0, len(features), chunk)
-            ]
-        column = torch.cat(pieces).to("cpu")
+        self.own.model.train(True)
+        column = self.own.embedding(self.features["train"], chunk).to("cpu")
         return column, serialized_bytes(column)
 
     def embed_rows(self, idx: torch.Tensor):
         """(embedding of training rows ``idx`` without gradient, serialized bytes): a refresh."""
-        self.model.train(True)
-        with torch.no_grad():
-            out = self.model(self.features["train"][idx.to(self.device)]).to("cpu")
+        self.own.model.train(True)
+        out = self.own.embedding(self.features["train"][idx.to(self.device)]).to("cpu")
         return out, serialized_bytes(out)
 
     def client_message(self, idx: torch.Tensor, zoo: ZooSettings | None):
         """((c, c_hat), serialized bytes) for training rows ``idx``: a ZOO query in float64
         (c_hat None for a FOO client, whose forward is kept)."""
+        generators = self.own.generators
         if self.work_mean_s is not None:
-            work_delay(self.work_mean_s, self.generators.get(DELAY_STREAM))
+            work_delay(self.work_mean_s, generators.get(DELAY_STREAM))
         x = self.features["train"][idx.to(self.device)]
-        self.model.train(True)
-        self.zoo = zoo
-        if zoo is None:
-            self._h = self.model(x)
-            message = (self._h.detach().to("cpu"), None)
+        self.own.model.train(True)
+        generator = None if zoo is None else generators.get("train")
+        embedding, perturbed = self.own.client_message(x, zoo, generator)
+        if perturbed is None:
+            message = (embedding.to("cpu"), None)
         else:
-            self.query = client_query(self.model, x, zoo, self.generators.get("train"))
             # copies: c and c_hat are views of one (1 + q, B, P) tensor, and Ray would serialize
             # its whole storage with each of them
-            message = (
-                self.query.embedding.to("cpu", copy=True),
-                self.query.perturbed.to("cpu", copy=True),
-            )
+            message = (embedding.to("cpu", copy=True), perturbed.to("cpu", copy=True))
         return message, serialized_bytes(message)
 
     def answer(self, answer: torch.Tensor) -> None:
         """Finish the update of the last message: eq. 3 from the losses, or backprop of dL/dc."""
-        pending = self._h if self.zoo is None else self.query
-        self._h, self.query = None, None
-        client_update(
-            self.optimization, pending, answer.to(self.device), model=self.model, zoo=self.zoo
-        )
+        self.own.answer(answer.to(self.device))
 
 
 class AsyncRayMethods:

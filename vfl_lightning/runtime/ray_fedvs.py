@@ -13,7 +13,6 @@ import torch
 
 from vfl_lightning.algorithms.fedvs_parties import FedVSParties
 from vfl_lightning.algorithms.party_factory import PartyFactory
-from vfl_lightning.algorithms.party_updates import cut_layer_update
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec, data_bound
 from vfl_lightning.mechanisms.field import field_matmul
@@ -26,12 +25,6 @@ from vfl_lightning.runtime.party_trust import PartyTrust
 from vfl_lightning.runtime.ray_parties import PartyActor, RayParties
 from vfl_lightning.runtime.share_channel import Mailbox
 from vfl_lightning.runtime.transport import serialized_bytes
-
-
-def project_weights(model, bound: float) -> None:
-    """Clamp the PN model's weights to [-bound, bound] (the code's weight bound)."""
-    with torch.no_grad():
-        model.weight.clamp_(-bound, bound)
 
 
 def code_parameters(codec: FedVSCodec) -> dict:
@@ -76,9 +69,9 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         self.data_inbox: dict[int, torch.Tensor] = {}
         self.model_inbox: dict[int, dict[int, torch.Tensor]] = {}
         self.data_shares: torch.Tensor | None = None
-        self.plain: tuple[int, torch.Tensor] | None = None
+        self.plain: int | None = None
         start_coded_evaluation(self)
-        project_weights(self.model, self.codec.weight_bound)
+        self.own.project_weights(self.codec.weight_bound)
 
     def agree(self, run_id: str, identities: list[bytes], relayed: list) -> None:
         """The key agreement, then a private channel with every other client: its shares are
@@ -96,7 +89,7 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         """(power features F_n, embedding width h, PN degree, raw features, max |x| of the
         training slice): public sizes and what the server's overflow pre-check needs."""
         x = self.features["train"]
-        model = self.model
+        model = self.own.model
         return (
             model.num_power_features,
             model.embedding_dim,
@@ -111,7 +104,7 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         out, nbytes = super().send(idx, stage, round)
         if self.dp is None or not self.dp.at_eval:
             return out, nbytes
-        noisy = self.dp(out.to(self.device), self.generators.get(stage)).to("cpu")
+        noisy = self.dp(out.to(self.device), self.own.generators.get(stage)).to("cpu")
         return noisy, serialized_bytes(noisy)
 
     # ------------------------------------------------------------- data shares (once)
@@ -119,8 +112,8 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         """Algorithm 1 lines 2-7: one share of this client's quantized power features to every
         other client; returns (bits of one share, serialized bytes sent)."""
         with torch.no_grad():
-            features = self.model.power_features(self.features["train"])
-        generator = self.generators.replay("fedvs_data")
+            features = self.own.model.power_features(self.features["train"])
+        generator = self.own.generators.replay("fedvs_data")
         shares = self.codec.client_data_shares(features, generator=generator).cpu()
         sent = self.mail.send("receive_data_share", shares)
         await self.mail.keep(self.data_inbox, self.party, shares[self.party])
@@ -141,7 +134,7 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         """Lines 14-20: quantize (stochastic rounding), share, and after ``delay_s`` real
         seconds send one share to every other client; returns the serialized bytes sent."""
         shares = self.codec.client_model_shares(
-            self.model.weight, generator=self.generators.get("train")
+            self.own.model.weight, generator=self.own.generators.get("train")
         ).cpu()
         await self.mail.keep(
             self.model_inbox.setdefault(exchange, {}), self.party, shares[self.party]
@@ -172,37 +165,38 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
     def update(self, idx: torch.Tensor, gradient: torch.Tensor) -> None:
         """Lines 32-35: back-propagate (1/N) dL/dH through the plaintext embedding of rows
         ``idx``, step, project."""
-        self.model.train()
-        h = self.model(self.features["train"][idx.to(self.device)])
-        gradient = gradient.to(self.device) / self.num_clients
-        cut_layer_update(self.optimization, [h], [gradient], models=[self.model])
-        project_weights(self.model, self.codec.weight_bound)
+        self.own.model.train()
+        x = self.features["train"][idx.to(self.device)]
+        self.own.keep(x, self.own.forward(x))
+        self.own.apply_gradient(gradient.to(self.device) / self.num_clients)
+        self.own.project_weights(self.codec.weight_bound)
 
     # ------------------------------------------------------------- Wait / Ignore
     async def plain_embedding(self, exchange: int, idx: torch.Tensor, delay_s: float):
         """The plain embedding of rows ``idx`` (with Wait-DP's noise for Wait-DP; kept for
         :meth:`update_plain`), returned after ``delay_s`` real seconds."""
-        self.model.train()
-        h = self.model(self.features["train"][idx.to(self.device)])
+        self.own.model.train()
+        x = self.features["train"][idx.to(self.device)]
+        h = self.own.forward(x)
         if self.dp is not None:
-            h = self.dp(h, self.generators.get("train"))
-        self.plain = (exchange, h)
+            h = self.dp(h, self.own.generators.get("train"))
+        self.own.keep(x, h)
+        self.plain = exchange
         await asyncio.sleep(delay_s)
         return h.detach().cpu()
 
     def update_plain(self, exchange: int, gradient: torch.Tensor, used: int) -> None:
         """Back-propagate dL/dH / ``used`` through the embedding sent in ``exchange``, step,
         project."""
-        kept, h = self.plain
+        kept = self.plain
         if kept != exchange:
             raise RuntimeError(
                 f"client {self.party} got the gradient of exchange {exchange} but last sent an "
                 f"embedding in exchange {kept}"
             )
         self.plain = None
-        gradient = gradient.to(self.device) / used
-        cut_layer_update(self.optimization, [h], [gradient], models=[self.model])
-        project_weights(self.model, self.codec.weight_bound)
+        self.own.apply_gradient(gradient.to(self.device) / used)
+        self.own.project_weights(self.codec.weight_bound)
 
 
 class RayFedVSParties(CodedEvaluationParties, RayParties, FedVSParties):

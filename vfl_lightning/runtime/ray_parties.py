@@ -1,5 +1,7 @@
-"""Parties as Ray actors (``runtime=ray``): each actor holds only its own feature slice, its party
-model, optimizer and generators, and encodes its messages with the same ``mechanisms/`` code."""
+"""Parties as Ray actors (``runtime=ray``): each actor holds only its own feature slice and wraps
+one :class:`~vfl_lightning.algorithms.party.Party` (its model, optimizer, generators, updates and
+state, the code the local parties run), and encodes its messages with the same ``mechanisms/``
+code."""
 
 from __future__ import annotations
 
@@ -10,22 +12,12 @@ import ray
 import torch
 from ray.exceptions import RayActorError, RayTaskError
 
-from vfl_lightning.algorithms.parties import Parties, PartyGenerators, private_seed, tensor_digest
+from vfl_lightning.algorithms.parties import Parties, PartyGenerators, private_seed
+from vfl_lightning.algorithms.party import Party
 from vfl_lightning.algorithms.party_factory import PartyFactory
-from vfl_lightning.algorithms.party_updates import (
-    PartyOptimization,
-    cut_layer_update,
-    plain_backward,
-)
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.identity import KeyAuthenticationError, SignedPublicKey
-from vfl_lightning.optim import scale_lr
-from vfl_lightning.runtime.party_state import (
-    capture_party_state,
-    load_party_state,
-    restore_party_state,
-    save_party_state,
-)
+from vfl_lightning.runtime.party_state import load_party_state, save_party_state
 from vfl_lightning.runtime.party_trust import PartyKeys, PartyTrust
 from vfl_lightning.runtime.ray_async import AsyncPartyMethods, AsyncRayMethods
 from vfl_lightning.runtime.transport import serialized_bytes, wire_dtype
@@ -37,9 +29,8 @@ SPLITS = ("train", "val", "test")
 class PartyActor:
     """Party ``party`` of the run, built by the run's picklable :class:`PartyFactory`: the calls
     every protocol family makes of a party (key agreement, messages for a batch, evaluation
-    streams, parameter digest, its own state files). A family's own
-    calls are in its subclass (:class:`SyncPartyActor`,
-    :class:`~vfl_lightning.runtime.ray_async.AsyncPartyActor`,
+    streams, parameter digest, its own state files). A family's own calls are in its subclass
+    (:class:`SyncPartyActor`, :class:`~vfl_lightning.runtime.ray_async.AsyncPartyActor`,
     :class:`~vfl_lightning.runtime.ray_fedvs.FedVSPartyActor`): Ray exposes every method of an
     actor class to whoever holds its handle, so an actor has no method its protocol does not call,
     and none returns a clean embedding behind a noisy release, a generator state or a parameter.
@@ -47,15 +38,16 @@ class PartyActor:
     The factory loads only this party's columns of each split (its own party file, or its slice
     of the built-in data module: no labels, no other party's columns); builds the party models in
     the local run's order under the run's seed and keeps its own (so initial parameters equal the
-    local runtime's); builds its optimizer and mechanism. A masking mechanism starts with no pair
-    seed (never the ones derived from the run's seed): the party masks nothing, so sends nothing,
-    before :meth:`agree`. ``trust``: where its stream seeds come from (``party_seeds=private``:
-    drawn here, never sent; then torch's global generator is reseeded the same way once the model
-    is built), its own directory ``trust.folder(party)`` (its state files,
+    local runtime's); builds its optimizer and mechanism. The actor wraps them in its ``own``
+    :class:`~vfl_lightning.algorithms.party.Party` (the class the local parties hold) and passes
+    on only the calls below: the party's other methods and its kept forward stay inside. A
+    masking mechanism starts with no pair seed (never the ones derived from the run's seed): the
+    party masks nothing, so sends nothing, before :meth:`agree`. ``trust``: where its stream seeds
+    come from (``party_seeds=private``: drawn here, never sent; then torch's global generator is
+    reseeded the same way once the model is built), its own directory ``trust.folder(party)`` (its state files,
     :mod:`~vfl_lightning.runtime.party_state`, and identity key) and its keys
     (:class:`~vfl_lightning.runtime.party_trust.PartyKeys`: a fresh X25519 key signed by its
-    identity key). Updates go through the same party-side code as the local parties
-    (:mod:`~vfl_lightning.algorithms.party_updates`).
+    identity key).
     """
 
     def __init__(
@@ -67,23 +59,18 @@ class PartyActor:
         gpus = ray.get_gpu_ids() if ray.is_initialized() else []
         self.device = torch.device("cuda" if gpus else "cpu")
         kit = factory.party(self.party, self.device)
-        self.features, self.model = kit.features, kit.model
-        self.optimizer, self.mechanism = kit.optimizer, kit.mechanism
+        self.features, self.mechanism = kit.features, kit.mechanism
         if self.mechanism.uses_pair_masks:
             self.mechanism.set_pair_seeds({})
-        self.optimization = PartyOptimization(
-            zero=self.optimizer.zero_grad, backward=plain_backward, step=self.optimizer.step
-        )
-        self.generators = PartyGenerators(
+        generators = PartyGenerators(
             factory.seed, self.party, self.device, party_seeds=trust.party_seeds
         )
-        if self.generators.private:
+        self.own = Party(self.party, kit.model, generators, kit.optimizer)
+        if generators.private:
             torch.manual_seed(private_seed())
         self.keys = PartyKeys(trust, self.party)
         self.run = trust.run
         self.bits = self.mechanism.bits_per_element
-        self._x: torch.Tensor | None = None
-        self._h: torch.Tensor | None = None
 
     def publish_key(self, run_id: str) -> tuple[bytes, SignedPublicKey]:
         """(identity public key, X25519 public key signed for ``run_id``)."""
@@ -110,34 +97,33 @@ class PartyActor:
             )
         x = self.features[stage][idx.to(self.device)]
         training = stage == "train"
-        self.model.train(training)
+        self.own.model.train(training)
         if training:
-            self._x, self._h = x, self.model(x)
-            out = self._h.detach()
+            h = self.own.forward(x)
+            self.own.keep(x, h)
+            out = h.detach()
         else:
-            with torch.no_grad():
-                out = self.model(x)
+            out = self.own.embedding(x)
         if round is not None:
             out = self.mechanism.encode_party(
-                self.party, out, generator=self.generators.get(stage), round=round
+                self.party, out, generator=self.own.generators.get(stage), round=round
             )
         dtype = wire_dtype(self.bits) if out.dtype == torch.int64 else None
         out = out.to("cpu", dtype) if dtype is not None else out.to("cpu")
         return out, serialized_bytes(out)
 
     def restart_stream(self, stage: str, release: int) -> None:
-        self.generators.restart(stage, release)
+        self.own.generators.restart(stage, release)
 
     def party_digest(self) -> str:
         """SHA-256 (hex) of this party's own named parameters: what the server learns of them
         (results.json's ``model_digest``), no parameter."""
-        return tensor_digest(list(self.model.named_parameters())).hexdigest()
+        return self.own.digest()
 
     def save_state(self, round: int) -> None:
         """Write this party's state (model, optimizer, generators) for the server checkpoint of
         ``round`` into its own directory (its root, the run's folder)."""
-        state = capture_party_state(self.model, self.optimizer, self.generators)
-        save_party_state(self.trust.root(), self.party, self.run, round, state)
+        save_party_state(self.trust.root(), self.party, self.run, round, self.own.state_dict())
 
     def load_state(self, run: str, round: int) -> str:
         """Restore the state this party saved in its own directory for ``round`` of run ``run``
@@ -149,7 +135,7 @@ class PartyActor:
         except ValueError as error:
             return f"party {self.party} refuses to resume: {error}"
         if state is not None:
-            restore_party_state(state, self.model, self.optimizer, self.generators)
+            self.own.load_state_dict(state)
             self.run = run
         return problem
 
@@ -159,30 +145,14 @@ class SyncPartyActor(PartyActor):
     besides the common calls, the backward of its last training message, FedPBCD's anchor and
     the FedBCD family's learning-rate schedule."""
 
-    def __init__(
-        self, factory: PartyFactory, party: int, num_threads: int, trust: PartyTrust
-    ) -> None:
-        super().__init__(factory, party, num_threads, trust)
-        self.anchor: list[torch.Tensor] | None = None
-
     def apply_gradient(self, gradient: torch.Tensor, fresh: bool, mu: float) -> None:
-        h = self.model(self._x) if fresh else self._h
-        anchors = None if self.anchor is None else [self.anchor]
-        cut_layer_update(
-            self.optimization,
-            [h],
-            [gradient.to(self.device)],
-            models=[self.model],
-            anchors=anchors,
-            mu=mu,
-        )
-        self._h = None
+        self.own.apply_gradient(gradient.to(self.device), fresh=fresh, mu=mu)
 
     def set_anchor(self) -> None:
-        self.anchor = [p.detach().clone() for p in self.model.parameters()]
+        self.own.set_anchor()
 
     def set_lr_factor(self, factor: float) -> None:
-        scale_lr(self.optimizer, factor)
+        self.own.set_lr_factor(factor)
 
 
 class AsyncPartyActor(AsyncPartyMethods, PartyActor):
