@@ -243,10 +243,11 @@ if part pbm; then
     # with ResNet-18; one seed. Figure 2: the whole b x beta grid, NPQ and LDP for 15 epochs;
     # Table 1: the four points with b >= 8 and beta >= 0.1 for 40 epochs (the others stay
     # below 80 % training accuracy in the 15-epoch runs).
-    PBM=(experiment=pbm_cifar10 data=fashion_mnist party=mlp trainer.max_epochs=15 seed=0)
-    sweep pbm/npq "${PBM[@]}" algo=npq
-    sweep pbm/grid "${PBM[@]}" mechanism.b=16,8,4,2 mechanism.beta=0.15,0.1,0.05
-    sweep pbm/ldp "${PBM[@]}" algo=ldp mechanism.b=16 mechanism.beta=0.15,0.1
+    PBM=(experiment=pbm_cifar10 data=fashion_mnist party=mlp seed=0)
+    sweep pbm/npq "${PBM[@]}" trainer.max_epochs=15 algo=npq
+    sweep pbm/grid "${PBM[@]}" trainer.max_epochs=15 mechanism.b=16,8,4,2 \
+      mechanism.beta=0.15,0.1,0.05
+    sweep pbm/ldp "${PBM[@]}" trainer.max_epochs=15 algo=ldp mechanism.b=16 mechanism.beta=0.15,0.1
     sweep pbm/table1 "${PBM[@]}" trainer.max_epochs=40 mechanism.b=16,8 mechanism.beta=0.15,0.1
   fi
   NOTE="$SETTING PBM-VFL Table 1 and Figure 2(a-b): $(pick "CIFAR-10 with ResNet-18 parties, \
