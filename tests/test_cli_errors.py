@@ -483,6 +483,20 @@ def test_cli_run_failure_exits_1_in_one_line(make_cfg, capsys):
     )
 
 
+def test_a_diverging_server_names_algo_server_lr(make_cfg, capsys):
+    """The message names the configured keys, not a scheduled or server value as optimizer.lr."""
+    cfg = make_cfg(
+        "optimizer.lr=0.01",
+        "algo.server_lr=1e6",
+        "trainer.log_every_n_steps=1",
+        "trainer.max_epochs=1",
+    )
+    with pytest.raises(SystemExit):
+        cli.main(cfg)
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "(optimizer.lr=0.01, algo.server_lr=1e+06) too large" in last
+
+
 def test_cli_subprocess_one_error_line_no_traceback_and_the_error_in_the_run_log(tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
     env.pop("HYDRA_FULL_ERROR", None)

@@ -60,13 +60,21 @@ class NonFiniteWatch(L.LightningModule):
             if bool(finite):
                 return
             bad_round, what = self.wire.ledger.rounds - 1, "a model parameter"
-        lr = ""
-        if self._trainer is not None and self.trainer.optimizers:
-            lr = f" (optimizer.lr={self.trainer.optimizers[-1].param_groups[0]['lr']:g})"
         raise NonFiniteLoss(
             f"training stopped: {what} became non-finite at round {bad_round}; the likely cause "
-            f"is a learning rate{lr} too large for this model; {self._kept_checkpoint()}"
+            f"is a learning rate{self._learning_rates()} too large for this model; "
+            f"{self._kept_checkpoint()}"
         )
+
+    def _learning_rates(self) -> str:
+        """The configured learning rates named by their keys: the parties' ``optimizer.lr`` and,
+        where it differs, the server's ``algo.server_lr``."""
+        party = getattr(getattr(self, "optimizer_factory", None), "keywords", {}).get("lr")
+        server = getattr(getattr(self, "server_optimizer_factory", None), "keywords", {}).get("lr")
+        named = [] if party is None else [f"optimizer.lr={party:g}"]
+        if server is not None and server != party:
+            named.append(f"algo.server_lr={server:g}")
+        return f" ({', '.join(named)})" if named else ""
 
     def _kept_checkpoint(self) -> str:
         """What a failed run leaves to resume from: the last checkpoint written before the
