@@ -103,10 +103,7 @@ def pbm(ctx: Context) -> Section:
     section.tables.append(
         table(
             [
-                "algo",
-                "b",
-                "β",
-                "seeds",
+                *SETTING_HEADER,
                 f"{prefix} acc",
                 f"{prefix} acc (noise-free)",
                 "train acc",
@@ -140,14 +137,21 @@ def paper_cost_to_target(run) -> float:
     )
 
 
+SETTING_HEADER = ["algo", "b", "β", "epochs", "seeds"]
+"""The first columns of every PBM table (:func:`setting_columns`)."""
+
+
 def setting_columns(group: Group) -> list:
-    """The algo, b and β (for a noisy group) and the number of seeds: a PBM table's first columns."""
+    """The algo, b and β (for a noisy group), the epochs its runs trained and the number of
+    seeds: a PBM table's first columns (groups that differ only by their length stay apart)."""
     run = group.runs[0]
     noisy = group.noisy
+    epochs = sorted({int(e) for e in group.values_of("epochs") if np.isfinite(e)})
     return [
         group.algo,
         run.setting("mechanism.b", "-") if noisy else "-",
         run.setting("mechanism.beta", "-") if noisy else "-",
+        ",".join(map(str, epochs)) or "–",
         len(group.runs),
     ]
 
@@ -173,10 +177,7 @@ def paper_units_table(groups: Sequence[Group]) -> str:
         "F = 32) over the same rounds; k/n: only k of n seeds reached the target.\n\n"
         + table(
             [
-                "algo",
-                "b",
-                "β",
-                "seeds",
+                *SETTING_HEADER,
                 "epochs to target",
                 "ledger (10^6 bits)",
                 "paper formula (10^6 bits)",
