@@ -87,15 +87,21 @@ and multi-view datasets (curves only, 5 runs averaged)."
       --recipe fedvs --x simulated_s --times 300 1000 2000 4000 6000 10000 \
       --rounds 100 250 500 1000 2000
     # FedVS and Ignore at the file's K = 1 (Fig. 3a's best), 3 seeds to 4000 s, beside the same
-    # Wait, Wait-DP and VAFL runs (K does not enter their rounds).
-    sweep fedvs/fig2_fashion_k1 "${FASHION[@]}" fedvs.K=1 algo=fedvs,fedvs_ignore seed=0,1,2 \
+    # Wait, Wait-DP and VAFL runs (K does not enter their rounds). A K = 1 FedVS run holds about
+    # 10 GB of data shares, and a multirun process kept them across jobs (20 GB by its third):
+    # one process per FedVS seed.
+    for seed in 0 1 2; do
+      sweep "fedvs/fig2_fashion_k1_$seed" "${FASHION[@]}" fedvs.K=1 algo=fedvs seed=$seed \
+        algo.max_simulated_s=4000
+    done
+    sweep fedvs/fig2_fashion_k1_ignore "${FASHION[@]}" fedvs.K=1 algo=fedvs_ignore seed=0,1,2 \
       algo.max_simulated_s=4000
     NOTE="$SETTING FedVS Figure 2, Fashion-MNIST panel at the experiment file's K = 1: FedVS and \
 Ignore, 3 seeds to 4000 simulated s, beside the 5-seed Wait, Wait-DP and VAFL runs of the K = 4 \
 page (their rounds do not depend on K)."
     paper "FedVS above Wait, Ignore, VAFL and Wait-DP in test accuracy \"at all times\" on the CV \
 and multi-view datasets (curves only, 5 runs averaged)."
-    page papers_fedvs_fashion_k1 "$SWEEPS/fedvs/fig2_fashion_k1" "$SWEEPS/fedvs/fig2_fashion_base" \
+    page papers_fedvs_fashion_k1 "$SWEEPS"/fedvs/fig2_fashion_k1_* "$SWEEPS/fedvs/fig2_fashion_base" \
       --recipe fedvs --x simulated_s --times 300 1000 2000 3000 4000 --rounds 250 500 1000 2000
     # Fig. 3b: compute dominates (delays / 100, compute 100x slower); Fig. 4: T at K = 4.
     sweep fedvs/fig3b "${FASHION[@]}" fedvs.K=8,4,2,1 seed=0 algo.max_simulated_s=4000 \
