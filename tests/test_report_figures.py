@@ -146,7 +146,8 @@ def test_pbm_cost_to_target_in_the_papers_units():
     # ledger: 60 MB (10^6 bytes) = 480 x 10^6 bits; formula: 4e9 bits x 250/1000 rounds = 1000
     # epoch_to_target is 0-based: the target was reached in the 6th epoch
     assert (
-        "| pbm | 16 | 0.15 | – | 3 | 6.0 ± 0.0 (2/3) | 480.0 ± 0.0 (2/3) | 1000.0 ± 0.0 (2/3) |" in text
+        "| pbm | 16 | 0.15 | – | 3 | 6.0 ± 0.0 (2/3) | 480.0 ± 0.0 (2/3) | 1000.0 ± 0.0 (2/3) |"
+        in text
     )
 
 
