@@ -72,7 +72,7 @@ and multi-view datasets (curves only, 5 runs averaged)."
     # Fashion-MNIST (28 clients of one image row each, 1-layer PN). Fig. 3a: K under the §6.2
     # delays. Fig. 2 at K = 4 for FedVS and for the baselines' clock (Ignore waits as long as
     # FedVS would): K = 1, the file's and Fig. 3a's best, makes a FedVS run to 10,000 s take
-    # about 25 minutes here.
+    # about 20 minutes here.
     FASHION=(experiment=fedvs_fashion_mnist trainer.val_check_interval=25 "${VAL[@]}")
     sweep fedvs/fig3a "${FASHION[@]}" fedvs.K=8,4,2,1 seed=0 algo.max_simulated_s=4000
     FIG2=("${FASHION[@]}" fedvs.K=4 seed=0,1,2,3,4 algo.max_simulated_s=10000)
