@@ -190,10 +190,17 @@ def test_unfinished_runs_are_left_out(sweep, tmp_path, capsys):
     mixed = tmp_path / "mixed"
     shutil.copytree(sweep, mixed)
     (mixed / "9").mkdir()
-    (mixed / "9" / "results.json").write_text(json.dumps({"status": "failed", "algo": "pbm"}))
+    (mixed / "9" / "results.json").write_text(
+        json.dumps({"status": "failed", "algo": "pbm", "error": "the loss became non-finite"})
+    )
+    (mixed / "9" / ".hydra").mkdir()
+    (mixed / "9" / ".hydra" / "overrides.yaml").write_text("- algo=pbm\n- mechanism.b=2\n")
     make_report([mixed], tmp_path / "R", progress=False)
     assert "leaving out 1 run(s) that did not finish" in capsys.readouterr().err
-    assert "4 runs, finished" in (tmp_path / "R" / "report.md").read_text()
+    page = (tmp_path / "R" / "report.md").read_text()
+    assert "4 runs, finished" in page
+    # the page names the run it left out, with its overrides and its error
+    assert "- `algo=pbm mechanism.b=2` (failed): the loss became non-finite" in page
 
 
 def test_error_keeps_an_existing_out_untouched(sweep, tmp_path):

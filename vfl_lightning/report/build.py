@@ -23,6 +23,7 @@ from vfl_lightning.report.runs import (
     group_runs,
     load_runs,
     sweep_commands,
+    unfinished_runs,
     varying_keys,
 )
 
@@ -172,6 +173,10 @@ def make_report(
         if note:
             lines += [note, ""]
         lines += ["Commands:", "", "```bash", *commands, invocation, "```", ""]
+        left_out = unfinished_runs(directories)
+        if left_out:
+            lines += ["Left out of every table and figure (did not finish):", ""]
+            lines += [f"- {line}" for line in left_out] + [""]
         for section in sections:
             lines += [f"## {section.title}", ""]
             if section.text:

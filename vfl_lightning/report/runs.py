@@ -151,6 +151,22 @@ def find_results(directories: Sequence[Path]) -> list[Path]:
     return found
 
 
+def unfinished_runs(directories: Sequence[Path]) -> list[str]:
+    """One line per run under ``directories`` that failed or was interrupted: its job's
+    overrides, its status and its error."""
+    lines = []
+    for path in find_results([Path(d) for d in directories]):
+        results = json.loads(path.read_text())
+        if results.get("status") in (None, "finished"):
+            continue
+        overrides = " ".join(f"{k}={v}" for k, v in _read_overrides(path.parent).items())
+        error = results.get("error")
+        lines.append(
+            f"`{overrides or path.parent}` ({results['status']})" + (f": {error}" if error else "")
+        )
+    return lines
+
+
 def load_runs(directories: Sequence[Path], progress: bool = True) -> list[Run]:
     """Read every finished run under ``directories``; refuse runs without curve.csv and mixed
     datasets. Runs whose results.json says ``status`` failed or interrupted are left out (and
