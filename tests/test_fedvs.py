@@ -283,6 +283,18 @@ def test_clock_values_are_pinned(make_cfg, algo):
     assert module.data_sharing_s == data_sharing
 
 
+@pytest.mark.parametrize("algo", sorted(PINNED_CLOCK))
+def test_clock_values_repeat_on_this_machine(make_cfg, algo):
+    """On any machine: the same run twice gives the same simulated seconds and data-sharing
+    time, bit for bit (what the pinned values above rely on, checked where they cannot be)."""
+    steps = ["trainer.max_steps=6", "trainer.limit_val_batches=0", "algo.max_simulated_s=null"]
+    first, _ = run(make_cfg(*DIGITS, f"algo={algo}", *steps))
+    second, _ = run(make_cfg(*DIGITS, f"algo={algo}", *steps))
+    assert first.wire.ledger.rounds == second.wire.ledger.rounds == 6
+    assert first.wire.clock.now == second.wire.clock.now > 0
+    assert first.data_sharing_s == second.data_sharing_s
+
+
 def test_data_sharing_can_be_kept_off_the_clock(make_cfg):
     steps = ["trainer.max_steps=6", "trainer.limit_val_batches=0", "algo.max_simulated_s=null"]
     on, _ = run(make_cfg(*DIGITS, *steps))
