@@ -93,8 +93,15 @@ def test_pbm_bound_stays_below_the_accountant(make_cfg, monkeypatch):
 def test_bad_audit_settings_are_refused(make_cfg):
     with pytest.raises(ValueError, match=r"audit.canary.count must be an integer >= 2, got 1"):
         VerticalDataModule(name="digits", canaries={"canary": {"count": 1}})
-    with pytest.raises(ValueError, match=r"must be at most half of the 1257 training samples"):
+    with pytest.raises(
+        ValueError,
+        match=r"must be at most half of the 1257 training samples: lower audit.canary.count$",
+    ):
         VerticalDataModule(name="digits", canaries={"canary": {"count": 700}})
+    with pytest.raises(ValueError, match=r"lower audit.canary.count or audit.canary_sample.count$"):
+        VerticalDataModule(
+            name="digits", canaries={"canary": {"count": 400}, "canary_sample": {"count": 400}}
+        )
     with pytest.raises(ValueError, match=r"audit.canary.party must be in \[0, 3\].*got 4"):
         VerticalDataModule(name="digits", canaries={"canary": {"count": 20, "party": 4}})
     with pytest.raises(
@@ -103,8 +110,41 @@ def test_bad_audit_settings_are_refused(make_cfg):
         CanaryAudit(count=20, known=15)
     with pytest.raises(ConfigError, match=r"data=party_files reads exported party files"):
         train(make_cfg("data=party_files", "data.dir=/nonexistent", "audit=canary", *SHORT))
-    with pytest.raises(ConfigError, match=r"audit=canary: the FedVS family sends coded"):
+
+
+def test_fedvs_is_refused_before_anything_is_built(make_cfg, monkeypatch):
+    """The refusal comes from the configuration alone: no data module, party, trainer (or
+    Lightning's device lines) before it."""
+    import vfl_lightning.run.train as run_train
+
+    def never(*args, **kwargs):
+        raise AssertionError("built before the refusal")
+
+    monkeypatch.setattr(run_train, "build_in_data_dir", never)
+    monkeypatch.setattr(run_train, "make_trainer", never)
+    with pytest.raises(ConfigError, match=r"^audit=canary: the FedVS family sends coded"):
         train(make_cfg("experiment=fedvs_digits", "audit=canary", *SHORT))
+
+
+def test_canaries_never_released_are_reported(make_cfg, caplog):
+    """trainer.limit_train_batches=10 releases 320 of the 1257 training rows: the audit guesses
+    only the audited canaries that reached the server, says how many did, and warns."""
+    with caplog.at_level("WARNING", logger="vfl_lightning.privacy.audit.canary"):
+        results = train(
+            make_cfg("algo=npq", "audit=canary", "trainer.limit_train_batches=10", *SHORT)
+        )
+    released = results["audit/canary/released"]
+    assert 0 < released < results["audit/canary/n"] == 160
+    assert results["audit/canary/guesses"] <= released
+    assert results["audit/canary/guess_acc"] == 1.0 and results["audit/canary/eps_lower"] > 0
+    assert f"{released} of the 160 audited canaries were released" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vfl_lightning.privacy.audit.canary"):
+        few = train(make_cfg("algo=npq", "audit=canary", "trainer.limit_train_batches=3", *SHORT))
+    # 96 rows: too few known canaries of both coins reached the server to fit a rule, so no guess
+    assert few["audit/canary/guesses"] == 0 and few["audit/canary/guess_acc"] is None
+    assert few["audit/canary/eps_lower"] == 0.0 and few["audit/canary/released"] < 20
+    assert "audited canaries were released in training" in caplog.text
 
 
 @pytest.mark.slow

@@ -88,6 +88,9 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     PARTY_ANSWERS = "gradients"
     """What the server sends a party back: ``gradients`` (dL/dh_m) or ``losses`` (zeroth-order
     clients get loss values only); :attr:`party_answers` reads it per instance."""
+    CODED_MESSAGES = False
+    """Whether the parties send coded shares that the server decodes only as an aggregate (FedVS),
+    rather than embeddings (plain, noisy or under pairwise masks)."""
     PER_PARTY_MESSAGES = True
     """Whether the server sees each party's own message and answers each party with the gradient
     of its own embedding (false: it decodes only an aggregate and broadcasts one gradient)."""

@@ -58,13 +58,13 @@ class FedVSFamily(VFLModule):
     :class:`~vfl_lightning.wire.Network` (``network=fedvs``, set by the algo files); a round lasts
     as :func:`fedvs_timing` / :func:`wait_timing` say.
 
-    Clients: ``self.party_side`` (:class:`FedVSParties`), local or Ray actors (which decode
-    from the coded embeddings that arrive first). ``fedvs/responder_counts``: how often each
-    client was among the decoders."""
+    Clients: ``self.party_side`` (:class:`FedVSParties`), local or Ray actors (decoded from the
+    first coded embeddings to arrive). ``fedvs/responder_counts``: how often each decoded."""
 
     RUNTIMES = ("local", "ray")
     PARTY_INTERFACE = FedVSParties
     PER_PARTY_MESSAGES = False
+    CODED_MESSAGES = True  # the server decodes only the sum of the coded shares
 
     def __init__(
         self,

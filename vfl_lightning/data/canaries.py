@@ -64,9 +64,10 @@ def place_canaries(
     }
     wanted = sum(count for _, count, _ in checked.values())
     if wanted > rows_total // 2:
+        keys = " or ".join(f"audit.{name}.count" for name in checked)
         raise ValueError(
             f"the audits' canaries ({wanted}) must be at most half of the {rows_total} training "
-            "samples: lower audit.<name>.count"
+            f"samples: lower {keys}"
         )
     flats = [x.view(rows_total, -1) for x in xs]
     low = [flat.amin(dim=0) for flat in flats]

@@ -107,8 +107,8 @@ def audit(ctx: Context) -> Section:
         "features take one of two values by a fair coin; the server guesses the coins from what "
         "it received. The bound is the one-run lower bound at 95 % confidence and the "
         "accountant's δ; the accountant's ε is for exactly the canaries' releases. The true ε "
-        "of those releases lies between the two. With n audited canaries no bound can exceed "
-        "about ln(n/3).",
+        "of those releases lies between the two. No bound can exceed the audit's eps_lower_max, "
+        "the bound if every guess were right (3.29 for 120 audited canaries, 3.52 for 160).",
     )
     groups = ordered(ctx.groups, "pbm")
     prefix = final_prefix(ctx.runs)

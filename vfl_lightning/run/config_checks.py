@@ -152,7 +152,9 @@ def check_data_parallel(cfg: DictConfig, algo: type) -> None:
 
 
 def check_audit_data(cfg: DictConfig) -> None:
-    """An ``audit=`` writes canaries into a built-in dataset, never into exported party files."""
+    """An ``audit=`` writes canaries into a built-in dataset, never into exported party files;
+    every configured callback with a ``check_protocol`` (the audits) checks the protocol class
+    here, before anything is built or Lightning prints a line."""
     from vfl_lightning.data.files_datamodule import PartyFilesDataModule
 
     audits = sorted(cfg.data.get("canaries") or {})
@@ -161,3 +163,15 @@ def check_audit_data(cfg: DictConfig) -> None:
             f"audit={','.join(audits)} writes its canaries into the training data, but "
             "data=party_files reads exported party files: audit a built-in dataset"
         )
+    protocol = get_class(cfg.algo._target_)
+    for callback in (cfg.get("callbacks") or {}).values():
+        target = callback.get("_target_") if hasattr(callback, "get") else None
+        if not target:
+            continue
+        try:
+            found = get_class(target)
+        except Exception:  # an unimportable callback is named when the callbacks are built
+            continue
+        check = getattr(found, "check_protocol", None)
+        if check is not None:
+            check(protocol, callback.get("name", target.rsplit(".", 1)[-1]))

@@ -139,7 +139,8 @@ def canary_audit_bound(
     """The audit's lower bound from the auditor's ``scores`` (> 0: it guesses coin 1, < 0: coin
     0, NaN: it abstains) against the true ``coins`` (0 or 1), one per audited canary.
 
-    For every r in ``counts`` (default :func:`guess_counts`) the auditor guesses only its r most
+    For every r in ``counts`` (default :func:`guess_counts` of the number of canaries with a
+    score: a canary never observed is never guessed) the auditor guesses only its r most
     confident canaries (largest |score|) and the bound is taken at confidence
     1 − (1 − ``confidence``) / len(counts) (Bonferroni over the r tried), so the largest of them
     is a lower bound at ``confidence``. Returns ``eps_lower``, the ``guesses`` and ``correct`` of
@@ -155,12 +156,18 @@ def canary_audit_bound(
     if not np.isin(coins, (0, 1)).all():
         raise ValueError("coins must be 0 or 1")
     n = int(scores.size)
-    counts = guess_counts(n) if counts is None else [int(c) for c in counts]
+    _check_confidence(confidence)
+    guessed = np.isfinite(scores)
+    made = int(guessed.sum())
+    if counts is None and made == 0:
+        cap = largest_lower_bound(canaries=n, delta=delta, confidence=confidence)
+        return {"eps_lower": 0.0, "guesses": 0, "correct": 0, "guess_acc": None, "n": n} | {
+            "eps_lower_max": cap
+        }
+    counts = guess_counts(made) if counts is None else [int(c) for c in counts]
     if not counts or any(not 1 <= c <= n for c in counts):
         raise ValueError(f"every number of guesses must be in [1, {n}], got {counts}")
-    _check_confidence(confidence)
     corrected = 1.0 - (1.0 - float(confidence)) / len(counts)
-    guessed = np.isfinite(scores)
     right = guessed & ((scores > 0) == (coins == 1))
     order = np.argsort(-np.where(guessed, np.abs(scores), -1.0), kind="stable")
     best = {"eps_lower": 0.0, "guesses": 0, "correct": 0}
@@ -172,7 +179,6 @@ def canary_audit_bound(
         )
         if bound > best["eps_lower"] or best["guesses"] == 0:
             best = {"eps_lower": bound, "guesses": r, "correct": correct}
-    made = int(guessed.sum())
     return best | {
         "guess_acc": float(right.sum() / made) if made else None,
         "n": n,

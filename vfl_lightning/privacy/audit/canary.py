@@ -10,6 +10,8 @@ callback is the trusted harness, which holds the other coins and scores the gues
 
 from __future__ import annotations
 
+import logging
+
 import lightning as L
 import numpy as np
 import torch
@@ -20,6 +22,8 @@ from vfl_lightning.privacy.accountant import ANALYSES, composed_rdp
 from vfl_lightning.privacy.analysis import DEFAULT_ORDERS, rdp_to_dp
 from vfl_lightning.privacy.analysis.audit import canary_audit_bound, linear_scores
 from vfl_lightning.privacy.attacks.views import BatchRecorder, ServerView, server_view
+
+log = logging.getLogger(__name__)
 
 
 class CanaryAuditor:
@@ -134,6 +138,15 @@ class CanaryAudit(L.Callback):
     def refuse(self, reason: str) -> None:
         raise ConfigError(f"audit={self.name}: {reason}")
 
+    @classmethod
+    def check_protocol(cls, protocol: type, name: str) -> None:
+        """Refuse, from the configuration alone (before anything is built), a protocol whose
+        server never receives an embedding of a party: the FedVS family's coded messages."""
+        if getattr(protocol, "CODED_MESSAGES", False):
+            raise ConfigError(
+                f"audit={name}: the FedVS family sends coded embeddings; audit the sync protocols"
+            )
+
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage != "fit":
             return
@@ -144,8 +157,7 @@ class CanaryAudit(L.Callback):
             self.refuse(
                 f"data.canaries.{self.name} has {len(record.rows)} canaries, not {self.count}"
             )
-        if hasattr(pl_module, "codec"):
-            self.refuse("the FedVS family sends coded embeddings; audit the sync protocols")
+        self.check_protocol(type(pl_module), self.name)
         mechanism = pl_module.mechanism
         if getattr(mechanism, "noisy", False) and mechanism.accounting not in ANALYSES:
             self.refuse(f"no privacy accounting for mechanism {type(mechanism).__name__}")
@@ -196,7 +208,19 @@ class CanaryAudit(L.Callback):
         bound = canary_audit_bound(
             scores=self.auditor.scores(), coins=truth, delta=self.delta, confidence=self.confidence
         )
-        releases = int(self.auditor.counts[self.known :].max())
+        audited = self.auditor.counts[self.known :]
+        releases = int(audited.max())
+        released = int((audited > 0).sum())
+        if released < len(audited):
+            log.warning(
+                "audit=%s: %d of the %d audited canaries were released in training (the others "
+                "never reached the server, e.g. under trainer.limit_train_batches): its bound "
+                "rests on those %d alone",
+                self.name,
+                released,
+                len(audited),
+                released,
+            )
         eps = accountant_epsilon(
             self._mechanism,
             self.level,
@@ -207,6 +231,7 @@ class CanaryAudit(L.Callback):
         return bound | {
             "eps_accountant": eps,
             "releases": releases,
+            "released": released,
             "known": self.known,
             "level": self.level,
             "parties": list(self.parties),
@@ -218,6 +243,7 @@ class CanaryAudit(L.Callback):
         """``audit/<name>/``: ``eps_lower`` (the bound), ``eps_accountant``, ``guess_acc`` (over
         every guess made), ``n`` (audited canaries), ``guesses`` and ``correct`` (of the number
         of guesses that gave the bound), ``eps_lower_max`` (the bound if every guess were right),
-        ``releases`` (of the most-released audited canary), ``known``, ``level``, ``parties``,
+        ``releases`` (of the most-released audited canary), ``released`` (audited canaries
+        released at least once: the others are never guessed), ``known``, ``level``, ``parties``,
         ``confidence``, ``delta``."""
         return {f"audit/{self.name}/{key}": value for key, value in self.metrics.items()}
