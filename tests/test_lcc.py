@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -272,6 +273,38 @@ def test_overflow_precheck_names_the_parameter_to_lower():
         check_no_wraparound(l_x=-1, l_w=8, prime=DEFAULT_PRIME, **kwargs)
     with pytest.raises(ValueError, match=r"algo.weight_bound must be > 0, got 0"):
         check_no_wraparound(l_x=8, l_w=8, prime=DEFAULT_PRIME, **{**kwargs, "weight_bound": 0})
+
+
+def test_overflow_precheck_suggests_a_weight_bound_that_fits():
+    kwargs = dict(
+        feature_counts=[784 // 28] * 28,
+        degrees=[2] * 28,
+        data_bounds=[2.5] * 28,
+        prime=DEFAULT_PRIME,
+    )
+    with pytest.raises(ValueError) as refused:
+        check_no_wraparound(l_x=8, l_w=12, weight_bound=3.16, **kwargs)
+    message = str(refused.value)
+    found = re.search(r"lower algo.weight_bound from 3.16 to at most ([0-9.e-]+);", message)
+    assert found, message
+    suggested = float(found.group(1))
+    assert 0 < suggested < 3.16
+    # the suggested value fits, and the next value of its 3 significant digits does not
+    check_no_wraparound(l_x=8, l_w=12, weight_bound=suggested, **kwargs)
+    step = 10 ** (math.floor(math.log10(suggested)) - 2)
+    with pytest.raises(ValueError, match="can reach"):
+        check_no_wraparound(l_x=8, l_w=12, weight_bound=suggested + step, **kwargs)
+    # where even the smallest quantized weight overflows, no bound is suggested
+    with pytest.raises(ValueError, match=r"no algo.weight_bound > 0 fits at l_w=0"):
+        check_no_wraparound(
+            feature_counts=[10],
+            degrees=[1],
+            data_bounds=[1.0],
+            weight_bound=1.0,
+            l_x=10,
+            l_w=0,
+            prime=2**13 - 1,
+        )
 
 
 def test_bad_code_parameters_are_refused():

@@ -202,7 +202,7 @@ paper: 5)."
   fi
   NOTE="$SETTING Cascaded hybrid paper, Table II (MNIST columns) and Figure 3: \
 $(pick "the paper's setting." "reduced: the 5,000-image offline MNIST subset in place of MNIST \
-(4,000 training images, not 60,000), 4 and 8 clients (the paper: 4, 6, 8), server width 128 \
+(3,500 training images, not 60,000), 4 and 8 clients (the paper: 4, 6, 8), server width 128 \
 only, one seed (the paper: 5); the paper's models and 100 epochs.")"
   paper "test accuracy (%, 5 runs), MNIST, 4 / 6 / 8 clients at server width 128: split \
 learning 97.7 / 97.7 / 97.5, VAFL 97.7 / 97.8 / 97.7, Syn-ZOO-VFL 87.4 / 87.4 / 87.7, ZOO-VFL \

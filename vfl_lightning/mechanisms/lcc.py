@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 import torch
@@ -73,10 +74,23 @@ class QuantizationBudget:
 
     bound: int
     limit: int
+    # the bound per unit of quantized weight (bound = weight_scale * ceil(2^l_w * weight_bound))
+    weight_scale: int = 0
 
     @property
     def fits(self) -> bool:
         return self.bound <= self.limit
+
+    def largest_weight_bound(self, l_w: int) -> Fraction | None:
+        """The largest weight bound that fits at these bits, rounded down to 3 significant
+        digits (a value written with them fits too); None when no positive bound fits."""
+        steps = self.limit // self.weight_scale if self.weight_scale else 0
+        if steps < 1:
+            return None
+        exact = Fraction(steps, 2**l_w)
+        shift = 2 - math.floor(math.log10(exact))
+        unit = Fraction(10) ** shift
+        return Fraction(math.floor(exact * unit)) / unit
 
 
 def decoded_sum_bound(
@@ -98,11 +112,11 @@ def decoded_sum_bound(
     integer sum only while it stays in [-(p+1)/2, (p-1)/2), i.e. |sum| <= (p-3)/2.
     """
     weight_q = math.ceil(2**l_w * weight_bound)
-    bound = 0
+    scale = 0
     for count, degree, data_bound in zip(feature_counts, degrees, data_bounds, strict=True):
         row = sum(math.floor(2**l_x * data_bound**i + 0.5) for i in range(1, degree + 1))
-        bound += (count * row + 2**l_x) * weight_q
-    return QuantizationBudget(bound=bound, limit=(prime - 3) // 2)
+        scale += count * row + 2**l_x
+    return QuantizationBudget(bound=scale * weight_q, limit=(prime - 3) // 2, weight_scale=scale)
 
 
 def check_no_wraparound(
@@ -133,11 +147,17 @@ def check_no_wraparound(
     if not budget.fits:
         excess = math.ceil(math.log2(budget.bound / budget.limit))
         name, bits = ("l_w", l_w) if l_w >= l_x else ("l_x", l_x)
+        largest = budget.largest_weight_bound(l_w)
+        bound_advice = (
+            f"no algo.weight_bound > 0 fits at l_w={l_w}"
+            if largest is None
+            else f"lower algo.weight_bound from {weight_bound:g} to at most {float(largest):g}"
+        )
         raise ValueError(
             f"FedVS decoded sums can reach {budget.bound} but must stay <= (p-3)/2 = {budget.limit} "
             f"for p={prime} (no wrap-around): lower algo.{name} from {bits} to {bits - excess} "
-            f"(or lower l_x + l_w = {l_x + l_w} by {excess} bits, algo.weight_bound="
-            f"{weight_bound}, or the PN degree {max(degrees)})"
+            f"(or lower l_x + l_w = {l_x + l_w} by {excess} bits; or {bound_advice}; or lower the "
+            f"PN degree {max(degrees)})"
         )
     return budget
 
