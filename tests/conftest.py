@@ -74,14 +74,17 @@ def run_train_py(argv: list[str]) -> None:
 class StopAt(L.Callback):
     """Stops a run before batch ``batch`` of epoch ``epoch``: ``how`` = ``error`` (an exception),
     ``interrupt`` (Ctrl-C), ``kill`` (SIGKILL to this process: kill -9, no cleanup at all) or
-    ``poison`` (a NaN head weight, so training itself must notice and stop).
+    ``poison`` (a NaN head weight, so training itself must notice and stop); with ``job``, only
+    in that job of a multirun (``hydra.job.num``).
     Used as ``+callbacks.stop._target_=conftest.StopAt`` (subprocesses add tests/ to the path)."""
 
-    def __init__(self, epoch: int, batch: int, how: str = "error") -> None:
-        self.epoch, self.batch, self.how = epoch, batch, how
+    def __init__(self, epoch: int, batch: int, how: str = "error", job: int | None = None) -> None:
+        self.epoch, self.batch, self.how, self.job = epoch, batch, how, job
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if (trainer.current_epoch, batch_idx) != (self.epoch, self.batch):
+            return
+        if self.job is not None and HydraConfig.get().job.num != self.job:
             return
         if self.how == "kill":
             # the kill lands after the last checkpoint reached disk, as the tests that use it
@@ -100,13 +103,22 @@ class StopAt(L.Callback):
         raise RuntimeError(f"simulated crash at epoch {self.epoch}, batch {self.batch}")
 
 
-def stop_at(epoch: int, batch: int, how: str = "error") -> list[str]:
-    """The overrides that add :class:`StopAt` to a run."""
+class WritePid(L.Callback):
+    """Writes this process's id to ``<run output dir>/pid`` when fitting starts (which process
+    ran a multirun job). Used as ``+callbacks.pid._target_=conftest.WritePid``."""
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        Path(HydraConfig.get().runtime.output_dir, "pid").write_text(str(os.getpid()))
+
+
+def stop_at(epoch: int, batch: int, how: str = "error", job: int | None = None) -> list[str]:
+    """The overrides that add :class:`StopAt` to a run (to job ``job`` of a multirun only)."""
     return [
         "+callbacks.stop._target_=conftest.StopAt",
         f"+callbacks.stop.epoch={epoch}",
         f"+callbacks.stop.batch={batch}",
         f"+callbacks.stop.how={how}",
+        *([f"+callbacks.stop.job={job}"] if job is not None else []),
     ]
 
 

@@ -45,7 +45,7 @@ LAYERS = (
     ("mechanisms", "privacy"),
     ("algorithms",),
     ("runtime",),
-    ("run", "search"),
+    ("run", "search", "sweep"),
     (
         "train",
         "cli",
