@@ -143,19 +143,22 @@ def test_bad_settings_are_one_line(capsys, change, message):
 
 
 def test_a_study_refuses_other_overrides_or_direction(tmp_path, capsys):
-    sweep = tmp_path / "study"
-    command = [*TRIAL, "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={sweep}"]
-    run_multirun(command)
-    for extra, message in [
-        (["optimizer.momentum=0.5"], "the overrides differ from those of study 'pbm_search'"),
-        (["hydra.sweeper.direction=minimize"], "hydra.sweeper.direction=['minimize'] differs"),
+    """A command joining a study (resume, or a second worker) must search the same space with
+    the same fixed overrides and direction."""
+    storage = {**SETTINGS, "storage": str(tmp_path / "optuna.journal")}
+    arguments = ["a=interval(0,1)", "b=1"]
+    OptunaStudySweeper(**storage).open_study(search_space(None, arguments))
+    OptunaStudySweeper(**storage).open_study(search_space(None, list(reversed(arguments))))
+    for settings, other, message in [
+        (storage, ["a=interval(0,2)", "b=1"], "the overrides differ from those of study 's'"),
+        (storage, [*arguments, "c=2"], "at c (it has [None], this command ['c=2'])"),
+        ({**storage, "direction": "minimize"}, arguments, "direction=['minimize'] differs"),
     ]:
         with pytest.raises(SystemExit) as exit_info:
-            run_multirun([*command, *extra])
+            OptunaStudySweeper(**settings).open_study(search_space(None, other))
         assert exit_info.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err[-1].startswith("error: ") and message in err[-1], err
-    assert len(study_of(sweep).trials) == 1
+        assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
 
 
 def dead_worker() -> str:
