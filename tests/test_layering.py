@@ -50,7 +50,8 @@ LAYERS = (
         "train",
         "cli",
         "data.export",
-    ),  # entry points (data.export: python -m vfl_lightning.data.export)
+        "party",
+    ),  # entry points (data.export: python -m vfl_lightning.data.export; party: the party program)
     ("report",),
 )
 """Layer by layer, bottom up: a module may import its own layer and those below it."""

@@ -116,8 +116,12 @@ def test_ray_refuses_a_protocol_that_runs_only_locally_in_one_line(make_cfg, mon
     ray_algos = message.split("runtime=ray runs algo=")[1].split(", ")
     assert ray_algos == sorted(
         ["cascade", "zoo_vfl", "syn_zoo_vfl", "vafl"]
+        + ["fedbcd", "fedbcd_s", "fedpbcd", "fedsgd"]
         + ["fedvs", "fedvs_wait", "fedvs_ignore", "fedvs_wait_dp"]
-    ), "the list is read from conf/algo and the classes' RUNTIMES (SyncVFL's patched to local)"
+    ), (
+        "the list is read from conf/algo and the classes' own RUNTIMES (SyncVFL's patched to "
+        "local; FedBCD declares its own)"
+    )
 
 
 def test_unknown_runtime_and_ddp_with_ray_are_refused(make_cfg):

@@ -94,6 +94,22 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     PER_PARTY_MESSAGES = True
     """Whether the server sees each party's own message and answers each party with the gradient
     of its own embedding (false: it decodes only an aggregate and broadcasts one gradient)."""
+    PARTY_SETTINGS: tuple[str, ...] = ("_target_", "name")
+    """The ``algo`` settings a party checks against its own configuration before it takes part
+    (``runtime=grpc``): what it must agree to, beyond the mechanism, model and optimizer."""
+    PARTY_CALLS = "sync"
+    """The family of calls its parties answer in their own processes (``runtime=grpc``):
+    ``sync`` (messages and gradients), ``async`` (client messages and answers) or ``fedvs``."""
+    OPTED_IN = ("RUNTIMES", "DATA_PARALLEL")
+    """Capabilities a class declares itself: a subclass that does not set one gets the default
+    above (``("local",)``, False), whatever its parent declares, since it may change what crosses
+    the wire or what a batch's rows decide."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls.OPTED_IN:
+            if name not in cls.__dict__:
+                setattr(cls, name, getattr(VFLModule, name))
 
     def __init__(
         self,
@@ -167,6 +183,7 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         self._num_parties = len(self.widths)
         clock = SimulatedClock(network, self._num_parties, self.seed)
         self.wire = Wire(self._num_parties, clock, transcript_size)
+        self.wire.downlink_codec = self.downlink_codec()
         self.train_metrics = make_metrics(self.num_classes, "train")
         self.val_metrics = make_metrics(self.num_classes, "val")
         self.test_metrics = make_metrics(self.num_classes, "test")
@@ -203,6 +220,11 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         """Public settings a transport of :attr:`PARTY_INTERFACE` needs from the protocol beyond
         the party factory (none for the synchronous and asynchronous families)."""
         return {}
+
+    def downlink_codec(self):
+        """The form this protocol's gradients cross in (:mod:`~vfl_lightning.wire.codecs`): the
+        mechanism's by default; a protocol with another downlink returns its own codec."""
+        return self.mechanism.downlink_codec()
 
     @classmethod
     def check_party_class(cls, party_class: type, name: str) -> None:

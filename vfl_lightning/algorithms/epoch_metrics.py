@@ -136,4 +136,6 @@ class EpochMetrics(L.LightningModule):
         """Protocol totals for results.json (extended by subclasses)."""
         out = self.communication_metrics()
         out["comm/peer_mb"] = self.wire.ledger.megabytes("peer")
+        if self.wire.ledger.socket_bytes is not None:
+            out["comm/socket_mb"] = self.wire.ledger.socket_bytes / 1e6
         return out

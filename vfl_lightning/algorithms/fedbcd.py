@@ -54,6 +54,10 @@ class FedBCD(SyncVFL):
     ``trainer.val_check_interval=k`` validates every k rounds.
     """
 
+    DATA_PARALLEL = True
+    RUNTIMES = ("local", "ray", "grpc")
+    PARTY_SETTINGS = ("_target_", "name", "local_steps", "schedule", "mu", "lr_schedule")
+
     def __init__(
         self,
         *args,

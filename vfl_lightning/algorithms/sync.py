@@ -41,7 +41,7 @@ class SyncVFL(VFLModule):
 
     SUPPORTS_ACTIVE_PARTY = True
     DATA_PARALLEL = True
-    RUNTIMES = ("local", "ray")
+    RUNTIMES = ("local", "ray", "grpc")
 
     # ------------------------------------------------------------- the exchange, in pieces
     def send_embeddings(self, xs: Sequence[torch.Tensor], idx: torch.Tensor) -> list[torch.Tensor]:

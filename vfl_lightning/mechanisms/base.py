@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
+from vfl_lightning.wire.codecs import Codec, RingCodec
+
 FUSIONS = ("sum", "mean", "concat", "max")
 
 RELEASE_STREAMS = ("train", "val", "test", "sanity", "predict")
@@ -190,6 +192,16 @@ class Mechanism(ABC):
     @abstractmethod
     def fuse(self, messages: Sequence[torch.Tensor]) -> torch.Tensor:
         """Server side: the fused float input of the server model, from the received messages."""
+
+    def uplink_codec(self) -> Codec:
+        """The form a party's message crosses in: ring elements packed at ``bits_per_element``
+        bits, else the tensor's own bytes."""
+        return Codec() if self.bits_per_element is None else RingCodec(self.bits_per_element)
+
+    def downlink_codec(self) -> Codec:
+        """The form the server's gradient crosses in (the symmetric side: the server encodes,
+        the party decodes in its own process): float32 gradients by default."""
+        return Codec()
 
     def party_gradients(self, grad: torch.Tensor, widths: Sequence[int]) -> list[torch.Tensor]:
         """Straight-through: the gradient for each party's embedding from dL/d(fused)."""

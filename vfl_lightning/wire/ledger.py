@@ -29,7 +29,9 @@ class Ledger:
     shares; charged to the sender). Bits are Python ints computed from shapes, so counting never
     synchronizes with an accelerator. ``transcript_size`` > 0 keeps the last that many messages.
     ``serialized_bytes`` counts what a multi-process runtime actually serialized for training
-    messages (both directions; 0 in the local runtime, where nothing is serialized).
+    messages (both directions; 0 in the local runtime, where nothing is serialized);
+    ``socket_bytes`` what the kernel counted on the sockets to the parties during training calls
+    (``runtime=grpc``; None where no runtime counts it).
     """
 
     def __init__(self, num_parties: int, transcript_size: int = 0) -> None:
@@ -41,6 +43,7 @@ class Ledger:
         self.bits = {d: [0] * self.num_parties for d in (UPLINK, DOWNLINK, PEER)}
         self.rounds = 0
         self.serialized_bytes = 0
+        self.socket_bytes: int | None = None
         self.transcript: deque[Entry] = deque(maxlen=self.transcript_size or None)
 
     def record(self, direction: str, party: int, bits: int, kind: str = "", shape=()) -> None:
@@ -50,6 +53,9 @@ class Ledger:
 
     def record_serialized(self, nbytes: int) -> None:
         self.serialized_bytes += int(nbytes)
+
+    def record_socket(self, nbytes: int) -> None:
+        self.socket_bytes = (self.socket_bytes or 0) + int(nbytes)
 
     def end_round(self) -> None:
         self.rounds += 1
@@ -66,6 +72,7 @@ class Ledger:
             "bits": {d: list(v) for d, v in self.bits.items()},
             "rounds": self.rounds,
             "serialized_bytes": self.serialized_bytes,
+            "socket_bytes": self.socket_bytes,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -76,3 +83,5 @@ class Ledger:
         self.bits = {d: list(v) for d, v in state["bits"].items()}
         self.rounds = int(state["rounds"])
         self.serialized_bytes = int(state.get("serialized_bytes", 0))
+        socket_bytes = state.get("socket_bytes")
+        self.socket_bytes = None if socket_bytes is None else int(socket_bytes)

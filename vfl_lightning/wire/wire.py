@@ -12,6 +12,7 @@ from typing import NamedTuple
 import torch
 
 from vfl_lightning.wire.clock import SimulatedClock
+from vfl_lightning.wire.codecs import Codec
 from vfl_lightning.wire.ledger import DOWNLINK, PEER, UPLINK, Ledger
 
 
@@ -45,6 +46,9 @@ class Wire:
     ``listeners`` (attack recorders) see every message as it arrives; ``gradient_filters``
     (defenses the server deploys) transform each downlink ``gradient`` before it is sent. Both are
     empty unless an attack or defense is configured, and then change nothing else.
+    ``downlink_codec`` is the form a ``gradient`` crosses in (:mod:`~vfl_lightning.wire.codecs`:
+    float32 by default, the top-k entries under gradient sparsification), and its bits are what
+    the ledger counts for it.
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class Wire:
         self._round_bits = {UPLINK: [0] * num_parties, DOWNLINK: [0] * num_parties}
         self.listeners: list[Listener] = []
         self.gradient_filters: list[GradientFilter] = []
+        self.downlink_codec: Codec = Codec()
 
     def send(
         self,
@@ -74,7 +79,10 @@ class Wire:
         if self.gradient_filters and direction == DOWNLINK and kind == "gradient":
             for gradient_filter in self.gradient_filters:
                 payload = gradient_filter(party, payload).detach()
-        bits = tensor_bits(payload, bits_per_element)
+        if bits_per_element is None and direction == DOWNLINK and kind == "gradient":
+            bits = self.downlink_codec.bits(payload)
+        else:
+            bits = tensor_bits(payload, bits_per_element)
         self.ledger.record(direction, party, bits, kind, payload.shape)
         round_bits = self._round_bits.get(direction)
         if round_bits is not None:

@@ -19,6 +19,7 @@ from vfl_lightning.privacy.defenses.gradient import (
 from vfl_lightning.privacy.defenses.label_dp import randomized_response
 from vfl_lightning.seeding import derive_seed
 from vfl_lightning.wire import UPLINK
+from vfl_lightning.wire.codecs import TopKCodec
 
 
 def defense_generator(seed: int, name: str) -> torch.Generator:
@@ -121,9 +122,25 @@ class GradientSparsification(GradientDefense):
         if not 0.0 < float(keep_fraction) <= 1.0:
             raise ValueError(f"defense.keep_fraction must be in (0, 1], got {keep_fraction}")
         self.keep_fraction = float(keep_fraction)
+        self._codec = None
 
     def parameters(self) -> dict:
         return {"keep_fraction": self.keep_fraction}
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        """The gradients cross in top-k form (packed indices and values), which the ledger
+        counts and the parties decode."""
+        super().setup(trainer, pl_module, stage)
+        if stage == "fit":
+            codec = TopKCodec(self.keep_fraction)
+            if pl_module.wire.downlink_codec != codec:
+                self._codec = pl_module.wire.downlink_codec
+            pl_module.wire.downlink_codec = codec
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        super().on_train_end(trainer, pl_module)
+        if self._codec is not None:
+            pl_module.wire.downlink_codec = self._codec
 
     def filter(self, party: int, gradient: torch.Tensor) -> torch.Tensor:
         return sparsify(gradient, keep_fraction=self.keep_fraction)

@@ -1,0 +1,155 @@
+"""Party programs for ``runtime=grpc`` tests: a development CA, one data file per party (exported
+from the run's data), one configuration per party, and M ``python -m vfl_lightning.party serve``
+processes on 127.0.0.1 with ephemeral ports, each stopped by its pid."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vfl_lightning.data.export import export
+from vfl_lightning.mechanisms.certificates import write_development_ca
+from vfl_lightning.party import write_party_config
+
+ROOT = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 300
+
+
+@dataclass
+class PartyProcess:
+    party: int
+    config: Path
+    port_file: Path
+    log: Path
+    process: subprocess.Popen | None = None
+    port: int | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.port_file.unlink(missing_ok=True)
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+        command = [sys.executable, "-m", "vfl_lightning.party", "serve", "--config"]
+        command += [str(self.config), "--port-file", str(self.port_file)]
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.config.parent
+            )
+
+    def wait_port(self, deadline: float) -> None:
+        while not self.port_file.exists() or not self.port_file.read_text().strip():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"party {self.party} exited: {self.log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"party {self.party} did not start: {self.log.read_text()}")
+            time.sleep(0.1)
+        self.port = int(self.port_file.read_text())
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(30)
+        code = self.process.returncode
+        self.process = None
+        return code
+
+    def output(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+
+@dataclass
+class Deployment:
+    """M party programs and the server's overrides to reach them."""
+
+    root: Path
+    parties: list[PartyProcess] = field(default_factory=list)
+
+    @property
+    def certs(self) -> Path:
+        return self.root / "certs"
+
+    def server_overrides(self, seeds: str = "derived") -> list[str]:
+        addresses = ",".join(p.address for p in self.parties)
+        return [
+            "runtime=grpc",
+            f"runtime.parties=[{addresses}]",
+            f"runtime.certs={self.certs}",
+            f"runtime.party_seeds={seeds}",
+            "runtime.connect_timeout_s=60",
+        ]
+
+    def start(self, parties=None) -> None:
+        chosen = self.parties if parties is None else [self.parties[m] for m in parties]
+        for party in chosen:
+            party.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for party in chosen:
+            party.wait_port(deadline)
+
+    def stop(self) -> None:
+        for party in self.parties:
+            party.stop()
+
+
+def make_deployment(
+    root: Path,
+    overrides: list[str],
+    num_parties: int = 4,
+    *,
+    seeds: str = "derived",
+    idle_timeout_s: float = 60.0,
+    wait_s: float | None = 600.0,
+    certs: Path | None = None,
+) -> Deployment:
+    """Certificates (or those in ``certs``), data files and configurations for ``num_parties``
+    party programs of the run ``overrides`` describe (not started)."""
+    root.mkdir(parents=True, exist_ok=True)
+    deployment = Deployment(root)
+    if certs is None:
+        write_development_ca(deployment.certs, num_parties)
+    else:
+        deployment.root = root
+        os.symlink(certs, deployment.certs)
+    data = root / "data"
+    export([*overrides, "logger=none"], data)
+    for m in range(num_parties):
+        folder = root / f"party_{m}"
+        config = write_party_config(
+            folder / "party.yaml",
+            overrides,
+            party=m,
+            listen="127.0.0.1:0",
+            certs=deployment.certs,
+            data=data / f"party_{m}.npz",
+            state_dir=folder / "state",
+            seeds=seeds,
+            idle_timeout_s=idle_timeout_s,
+            wait_s=wait_s,
+        )
+        deployment.parties.append(PartyProcess(m, config, folder / "port", folder / "log.txt"))
+    return deployment
+
+
+@contextlib.contextmanager
+def running(root: Path, overrides: list[str], num_parties: int = 4, **options):
+    """A started :class:`Deployment`, every party stopped at the end."""
+    deployment = make_deployment(root, overrides, num_parties, **options)
+    try:
+        deployment.start()
+        yield deployment
+    finally:
+        deployment.stop()

@@ -1,0 +1,183 @@
+"""runtime=grpc's bad inputs on both sides, each one ``error:`` line and exit 2: on the party's
+(its configuration file, its certificate, its address, its port) and on the server's (its
+certificates folder, the parties' addresses)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+pytest.importorskip("grpc")
+
+from vfl_lightning import cli  # noqa: E402
+from vfl_lightning.data.export import export  # noqa: E402
+from vfl_lightning.mechanisms.certificates import write_development_ca  # noqa: E402
+from vfl_lightning.party import main as party_main  # noqa: E402
+from vfl_lightning.party import write_party_config  # noqa: E402
+
+OVERRIDES = ["algo=npq", "data=breast_cancer", "data.num_parties=2"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grpc_errors")
+    write_development_ca(root / "certs", 2)
+    export(OVERRIDES, root / "data")
+    write_party_config(
+        root / "party.yaml",
+        OVERRIDES,
+        party=0,
+        listen="127.0.0.1:0",
+        certs=root / "certs",
+        data=root / "data" / "party_0.npz",
+        state_dir=root / "state",
+    )
+    return root
+
+
+def party_error(capsys, argv) -> str:
+    code = party_main(argv)
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (code, lines)
+    return lines[0]
+
+
+def edited(files, tmp_path, old: str, new: str):
+    text = (files / "party.yaml").read_text()
+    assert old in text
+    path = tmp_path / "party.yaml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_a_missing_party_configuration_is_one_line(capsys, tmp_path):
+    line = party_error(capsys, ["serve", "--config", str(tmp_path / "nowhere.yaml")])
+    assert line.startswith(f"error: --config {tmp_path / 'nowhere.yaml'} does not exist")
+
+
+def test_an_unreadable_party_configuration_is_one_line(capsys, tmp_path):
+    path = tmp_path / "party.yaml"
+    path.write_text("party: [unclosed\n")
+    assert "cannot be read as a YAML mapping" in party_error(
+        capsys, ["serve", "--config", str(path)]
+    )
+    path.write_text("- a list\n")
+    assert "must hold a YAML mapping" in party_error(capsys, ["serve", "--config", str(path)])
+
+
+def test_an_unknown_key_in_a_party_configuration_is_one_line(capsys, files, tmp_path):
+    path = edited(files, tmp_path, "threads: 1", "threads: 1\nthread: 2")
+    line = party_error(capsys, ["serve", "--config", str(path)])
+    assert "unknown key(s) ['thread']" in line
+
+
+def test_a_missing_certificate_is_one_line(capsys, files, tmp_path):
+    path = edited(files, tmp_path, "party_0.pem", "party_9.pem")
+    line = party_error(capsys, ["serve", "--config", str(path)])
+    assert line.startswith("error: tls.cert=") and "party_9.pem cannot be read" in line
+
+
+def test_a_wrong_listen_address_is_one_line(capsys, files, tmp_path):
+    path = edited(files, tmp_path, "listen: 127.0.0.1:0", "listen: localhost")
+    line = party_error(capsys, ["serve", "--config", str(path)])
+    assert line == f"error: {path}: listen='localhost' must be host:port (e.g. 127.0.0.1:50051)"
+
+
+def test_a_port_in_use_is_one_line(capsys, files, tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        path = edited(files, tmp_path, "listen: 127.0.0.1:0", f"listen: 127.0.0.1:{port}")
+        line = party_error(capsys, ["serve", "--config", str(path)])
+    finally:
+        taken.close()
+    assert line.startswith(f"error: listen=127.0.0.1:{port} cannot be bound")
+    assert "the port is in use" in line
+
+
+def test_the_certificate_command_refuses_no_parties(capsys, tmp_path):
+    line = party_error(capsys, ["certs", "--out", str(tmp_path), "--parties", "0"])
+    assert line == "error: --parties=0 and --days=365 must be integers >= 1"
+
+
+def server_error(make_cfg, capsys, monkeypatch, *overrides) -> str:
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    cfg = make_cfg(*OVERRIDES, "runtime=grpc", *overrides)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(cfg)
+    assert stop.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+def test_server_without_certificates_is_one_line(make_cfg, capsys, monkeypatch, tmp_path):
+    line = server_error(
+        make_cfg,
+        capsys,
+        monkeypatch,
+        "runtime.parties=[127.0.0.1:1,127.0.0.1:2]",
+        f"runtime.certs={tmp_path}",
+    )
+    assert line == (
+        f"error: runtime.certs={tmp_path} lacks ['ca.pem', 'server.pem', 'server.key']: it must "
+        "hold ca.pem (the deployment's CA), server.pem and server.key"
+    )
+
+
+@pytest.mark.parametrize(
+    ("parties", "message"),
+    [
+        ("[]", "runtime.parties=[] must list each party program's host:port in party order"),
+        ("[localhost]", "runtime.parties[0]='localhost' must be host:port"),
+        ("[127.0.0.1:1,127.0.0.1:1]", "lists an address twice"),
+    ],
+)
+def test_server_with_bad_party_addresses_is_one_line(
+    make_cfg, capsys, monkeypatch, files, parties, message
+):
+    line = server_error(
+        make_cfg, capsys, monkeypatch, f"runtime.parties={parties}", f"runtime.certs={files}/certs"
+    )
+    assert message in line
+
+
+def test_server_with_a_certificate_of_another_ca_is_one_line(
+    make_cfg, capsys, monkeypatch, files, tmp_path
+):
+    write_development_ca(tmp_path / "other", 2)
+    (tmp_path / "mixed").mkdir()
+    for name, source in (("ca.pem", files / "certs"), ("server.pem", tmp_path / "other")):
+        (tmp_path / "mixed" / name).write_bytes((source / name).read_bytes())
+    (tmp_path / "mixed" / "server.key").write_bytes(
+        (tmp_path / "other" / "server.key").read_bytes()
+    )
+    line = server_error(
+        make_cfg,
+        capsys,
+        monkeypatch,
+        "runtime.parties=[127.0.0.1:1,127.0.0.1:2]",
+        f"runtime.certs={tmp_path / 'mixed'}",
+    )
+    assert line == (
+        f"error: runtime.certs={tmp_path / 'mixed' / 'server.pem'} is not signed by the CA "
+        f"runtime.certs={tmp_path / 'mixed' / 'ca.pem'}: use a certificate of the deployment's CA"
+    )
+
+
+def test_runtime_grpc_without_grpcio_says_how_to_install_it(make_cfg, monkeypatch, files):
+    import sys
+
+    from vfl_lightning.errors import ConfigError
+    from vfl_lightning.run.grpc_session import GrpcRuntime
+
+    monkeypatch.setitem(sys.modules, "grpc", None)  # import grpc raises ImportError
+    cfg = make_cfg(
+        *OVERRIDES,
+        "runtime=grpc",
+        "runtime.parties=[127.0.0.1:1,127.0.0.1:2]",
+        f"runtime.certs={files}/certs",
+    )
+    with pytest.raises(ConfigError, match=r"^runtime=grpc needs grpcio, which is not installed"):
+        GrpcRuntime().start(cfg)

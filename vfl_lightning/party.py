@@ -1,0 +1,165 @@
+"""The party program of ``runtime=grpc``, each party its own process on its own machine:
+
+    python -m vfl_lightning.party serve --config party_0.yaml [--port-file FILE]
+    python -m vfl_lightning.party init --party 0 --listen HOST:PORT --certs DIR --data FILE
+        --state-dir DIR --out party_0.yaml [--seeds derived] [train.py overrides, e.g. algo=pbm]
+    python -m vfl_lightning.party certs --out DIR --parties 4
+
+``serve`` runs the party from its own configuration (docs/deploy.md); ``init`` writes such a
+configuration from the library's configs (the protocol, model, optimizer and mechanism the
+overrides choose); ``certs`` makes a development CA with a server certificate and one per party.
+A bad input is one ``error:`` line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def write_party_config(
+    out: Path,
+    overrides: list[str],
+    *,
+    party: int,
+    listen: str,
+    certs: Path,
+    data: Path,
+    state_dir: Path,
+    seeds: str = "private",
+    server_name: str | None = None,
+    idle_timeout_s: float = 120.0,
+    wait_s: float | None = None,
+    once: bool = False,
+) -> Path:
+    """Write party ``party``'s configuration to ``out``: the protocol, model, optimizer and
+    mechanism that train.py's ``overrides`` choose, its own files (``certs``: a folder of
+    ``ca.pem`` and ``party_<m>.pem``/``.key``), and with ``seeds=derived`` the overrides' seed."""
+    from omegaconf import OmegaConf
+
+    from vfl_lightning.data.export import compose_run_config
+    from vfl_lightning.mechanisms.certificates import SERVER_NAME, party_files
+    from vfl_lightning.runtime.party_config import check_address
+
+    check_address(listen, "--listen", "")
+    cfg = compose_run_config(list(overrides))
+
+    def node(name: str) -> dict:
+        return OmegaConf.to_container(cfg[name], resolve=True)
+
+    certificate, key = party_files(party)
+    certs = Path(certs).resolve()
+    config = {
+        "party": int(party),
+        "listen": listen,
+        "tls": {
+            "ca": str(certs / "ca.pem"),
+            "cert": str(certs / certificate),
+            "key": str(certs / key),
+        },
+        "server_name": server_name or SERVER_NAME,
+        "data": str(Path(data).resolve()),
+        "state_dir": str(Path(state_dir).resolve()),
+        "seeds": seeds,
+        "seed": int(cfg.seed) if seeds == "derived" else None,
+        "protocol": node("algo"),
+        "model": node("party"),
+        "optimizer": node("optimizer"),
+        "mechanism": node("mechanism"),
+        "idle_timeout_s": float(idle_timeout_s),
+        "wait_s": None if wait_s is None else float(wait_s),
+        "threads": 1,
+        "once": bool(once),
+    }
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(
+        prog="python -m vfl_lightning.party",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = main.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the party from its configuration")
+    serve.add_argument("--config", required=True, type=Path, help="the party's YAML file")
+    serve.add_argument("--port-file", type=Path, help="write the bound port here (listen port 0)")
+    init = commands.add_parser("init", help="write a party configuration")
+    init.add_argument("--party", required=True, type=int)
+    init.add_argument("--listen", required=True, help="host:port the party listens on")
+    init.add_argument("--certs", required=True, type=Path, help="folder of ca.pem, party_<m>.*")
+    init.add_argument("--data", required=True, type=Path, help="the party's .npz data file")
+    init.add_argument("--state-dir", required=True, type=Path)
+    init.add_argument("--out", required=True, type=Path)
+    init.add_argument("--seeds", choices=("private", "derived"), default="private")
+    init.add_argument("--server-name", default=None)
+    init.add_argument("--idle-timeout-s", type=float, default=120.0)
+    init.add_argument("--wait-s", type=float, default=None)
+    init.add_argument("--once", action="store_true", help="exit after the first run closes")
+    init.add_argument("overrides", nargs="*", help="train.py's overrides (algo=pbm, ...)")
+    certs = commands.add_parser("certs", help="make a development CA and certificates")
+    certs.add_argument("--out", required=True, type=Path)
+    certs.add_argument("--parties", required=True, type=int)
+    certs.add_argument("--server-name", default=None)
+    certs.add_argument("--days", type=int, default=365)
+    for sub in (main, serve, init, certs):
+        sub.error = lambda message, sub=sub: sub.exit(2, f"error: {message} (see --help)\n")
+    return main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from vfl_lightning.run.outcome import error_summary, exit_code
+
+    try:
+        if args.command == "certs":
+            from vfl_lightning.errors import ConfigError
+            from vfl_lightning.mechanisms.certificates import SERVER_NAME, write_development_ca
+
+            if args.parties < 1 or args.days < 1:
+                raise ConfigError(
+                    f"--parties={args.parties} and --days={args.days} must be integers >= 1"
+                )
+            written = write_development_ca(
+                args.out,
+                args.parties,
+                server_name=args.server_name or SERVER_NAME,
+                days=args.days,
+            )
+            print(f"wrote a development CA and {len(written) // 2 - 1} certificates to {args.out}")
+            return 0
+        if args.command == "init":
+            written = write_party_config(
+                args.out,
+                args.overrides,
+                party=args.party,
+                listen=args.listen,
+                certs=args.certs,
+                data=args.data,
+                state_dir=args.state_dir,
+                seeds=args.seeds,
+                server_name=args.server_name,
+                idle_timeout_s=args.idle_timeout_s,
+                wait_s=args.wait_s,
+                once=args.once,
+            )
+            print(f"wrote {written}")
+            return 0
+        from vfl_lightning.runtime.party_config import read_party_config
+        from vfl_lightning.runtime.party_program import PartyProgram
+
+        program = PartyProgram(read_party_config(args.config))
+        return program.serve(args.port_file)
+    except Exception as error:
+        code = exit_code(error)
+        if code is None:
+            raise
+        print(f"error: {error_summary(error)}", file=sys.stderr)
+        return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

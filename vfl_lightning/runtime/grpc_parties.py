@@ -1,0 +1,274 @@
+"""The parties as the server reaches them under ``runtime=grpc``: one :class:`PartyChannel` per
+party program, each call a frame of its method's schema. The protocols talk to the
+:class:`~vfl_lightning.algorithms.parties.Parties` interface and do not know they run over gRPC.
+
+A call goes to every party at once and waits for every reply; a gradient is submitted without
+waiting (the party runs a session's calls in order, so its next call starts after the update)
+and checked before the next call. A party that does not answer is one :class:`PartyLost` line
+naming it, its address and the training round. The bytes on the server's sockets to the parties
+during training calls go to ``ledger.socket_bytes``, the frames' bytes to
+``ledger.serialized_bytes``."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+from vfl_lightning.algorithms.parties import Parties
+from vfl_lightning.errors import ConfigError, PartyLost
+from vfl_lightning.runtime.grpc_channel import PartyChannel, PartyFailure, PartyStream
+from vfl_lightning.runtime.socket_bytes import SocketBytes
+from vfl_lightning.wire.codecs import Codec, decode_form
+from vfl_lightning.wire.frames import FrameError, Packed
+
+SPLITS = ("train", "val", "test")
+TRAINING_CALLS = ("ApplyGradient", "ClientMessage", "Answer", "EmbedRows", "InitialEmbeddings")
+"""Calls whose bytes are training traffic (besides ``Send`` of the training split)."""
+
+
+class Traffic:
+    """Bytes of the training calls: at each switch between training and other calls, the
+    sockets' and frames' counts since the last switch go to the phase that ends."""
+
+    def __init__(self, channels: list[PartyChannel], ledger) -> None:
+        self.channels, self.ledger = channels, ledger
+        self.sockets = SocketBytes([channel.address for channel in channels])
+        self.training = False
+        self.marks = self.counts()
+
+    def counts(self) -> tuple[int | None, int]:
+        frames = sum(channel.sent + channel.received for channel in self.channels)
+        return self.sockets.total(), frames
+
+    def enter(self, training: bool) -> None:
+        if training == self.training:
+            return
+        counts = self.counts()
+        if self.training and self.ledger is not None:
+            (socket_then, frames_then), (socket_now, frames_now) = self.marks, counts
+            self.ledger.record_serialized(frames_now - frames_then)
+            if socket_then is not None and socket_now is not None:
+                self.ledger.record_socket(max(0, socket_now - socket_then))
+        self.marks, self.training = counts, training
+
+
+def packed_rows(idx: torch.Tensor) -> Packed:
+    """Row indices packed at the bits of the largest one."""
+    top = int(idx.max()) if len(idx) else 0
+    return Packed(idx, max(1, top.bit_length()))
+
+
+class GrpcParties(Parties):
+    """The parties as party programs reached over mutual TLS (``channels``, party order), one
+    session stream each.
+
+    ``proposals[m]``: what the server proposes to party m; each party checks it against its own
+    configuration and answers with a session. Then the certified key agreement: every party
+    publishes its X25519 key signed with its certificate, the server relays all of them, every
+    party verifies its peers' against its own CA (the server holds no pair seed). ``heartbeat_s``:
+    a quiet party is greeted that often, so a party tells a busy server from a gone one."""
+
+    name = "grpc"
+
+    def __init__(
+        self,
+        channels: list[PartyChannel],
+        proposals: list[dict],
+        *,
+        ledger=None,
+        round_fn: Callable[[], int] = lambda: 0,
+        device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
+        codec_fn: Callable[[], Codec] = Codec,
+        heartbeat_s: float = 5.0,
+    ) -> None:
+        self.channels = channels
+        self.ledger, self.round_fn, self.device_fn = ledger, round_fn, device_fn
+        self.codec_fn = codec_fn
+        self.run = str(proposals[0]["run"])
+        self.arrivals: queue.Queue = queue.Queue()
+        self.streams: list[PartyStream] = []
+        self.stopping = threading.Event()
+        self.widths = self.propose(proposals)
+        self.traffic = Traffic(channels, ledger)
+        self.wait_all("Open")
+        self.exchange_keys()
+        self.heartbeat = threading.Thread(target=self.greet, args=(heartbeat_s,), daemon=True)
+        self.heartbeat.start()
+
+    # ----------------------------------------------------------------- calls
+    def lost(self, error: Exception, what: str) -> Exception:
+        """A lost party's error with the training round and how to resume."""
+        if isinstance(error, PartyLost):
+            return PartyLost(
+                f"{error} at training round {self.round_fn()} ({what}); the run stopped, its last "
+                "checkpoint is intact: restart the party program and resume with "
+                "ckpt_path=<run dir>/checkpoints/last.ckpt"
+            )
+        return error
+
+    def reply(self, party: int, what: str) -> dict:
+        try:
+            return self.streams[party].reply()
+        except Exception as error:
+            raise self.lost(error, what) from None
+
+    def wait_all(self, what: str) -> list[dict]:
+        """The next reply of every party, in party order (the first failure in party order)."""
+        return [self.reply(m, what) for m in range(len(self.streams))]
+
+    def send_all(self, method: str, fields: dict | list[dict], *, training: bool = False):
+        """Send ``method`` to every party (``fields``: the same for all, or one per party)."""
+        self.traffic.enter(training)
+        per_party = fields if isinstance(fields, list) else [fields] * len(self.streams)
+        for stream, f in zip(self.streams, per_party, strict=True):
+            stream.send(method, f)
+
+    def call_all(self, method: str, fields: dict | list[dict], *, training: bool = False):
+        """``method`` at every party at once; every reply, in party order."""
+        self.send_all(method, fields, training=training)
+        return self.wait_all(method)
+
+    def greet(self, heartbeat_s: float) -> None:
+        while not self.stopping.wait(heartbeat_s / 2):
+            for channel in list(self.channels):
+                if time.monotonic() - channel.last_call < heartbeat_s / 2:
+                    continue
+                with contextlib.suppress(Exception):  # a lost party shows in the next call
+                    channel.call("Hello", {}, timeout_s=heartbeat_s)
+
+    # ----------------------------------------------------------------- start of a run
+    def propose(self, proposals: list[dict]) -> list[int]:
+        replies = []
+        for channel, proposal in zip(self.channels, proposals, strict=True):
+            try:
+                replies.append(channel.call("Propose", {"proposal": proposal}))
+            except PartyLost as error:
+                raise self.lost(error, "proposal") from None
+        for party, reply in enumerate(replies):
+            if reply["party"] != party:
+                raise ConfigError(
+                    f"runtime.parties[{party}]={self.channels[party].address} answers as party "
+                    f"{reply['party']}: list the party programs in party order"
+                )
+        self.streams = [
+            channel.open(reply["session"], self.arrivals)
+            for channel, reply in zip(self.channels, replies, strict=True)
+        ]
+        return [reply["width"] for reply in replies]
+
+    def exchange_keys(self) -> None:
+        run_id = secrets.token_hex(16)
+        published = self.call_all("PublishKey", {"run_id": run_id})
+        keys = [
+            [m, reply["public_key"], reply["certificate"], reply["signature"]]
+            for m, reply in enumerate(published)
+        ]
+        self.call_all("Agree", {"run_id": run_id, "keys": self.relay(keys)})
+
+    def relay(self, keys: list[list]) -> list[list]:
+        """What the server passes on of the published keys: all of them, unchanged."""
+        return keys
+
+    # ----------------------------------------------------------------- the Parties interface
+    def message(self, party: int, reply: dict, rows: int) -> torch.Tensor:
+        try:
+            message = decode_form(reply["message"], ("dense", "ring"))
+        except FrameError as error:
+            raise PartyFailure(f"party {party} sent a malformed message: {error}") from None
+        width = self.widths[party]
+        if tuple(message.shape) != (rows, width):
+            raise PartyFailure(
+                f"party {party} sent a message of shape {tuple(message.shape)} for "
+                f"{rows} rows of width {width}"
+            )
+        return message
+
+    def send(self, xs, idx, *, stage, round):
+        if stage not in SPLITS:
+            raise ValueError(
+                f"runtime=grpc embeds rows of the train, val or test split by index, not {stage!r}"
+            )
+        idx = idx.to("cpu", torch.int64, copy=True)
+        fields = {"idx": packed_rows(idx), "stage": stage, "round": round}
+        replies = self.call_all("Send", fields, training=stage == "train")
+        device = self.device_fn()
+        messages = [self.message(m, reply, len(idx)) for m, reply in enumerate(replies)]
+        return [
+            message.to(device) if message.is_floating_point() else message.to(device, torch.int64)
+            for message in messages
+        ]
+
+    def apply_gradients(self, gradients, *, fresh=False, mu=0.0):
+        """Sent without waiting: a party runs its session's calls in order, so its next call
+        starts after the update, and a failed update breaks its stream (seen at the next
+        reply)."""
+        self.traffic.enter(True)
+        codec = self.codec_fn()
+        for stream, gradient in zip(self.streams, gradients, strict=True):
+            form = codec.encode(gradient.detach().to("cpu"))
+            stream.send("ApplyGradient", {"gradient": form, "fresh": bool(fresh), "mu": float(mu)})
+
+    def set_anchor(self):
+        self.send_all("SetAnchor", {}, training=True)
+
+    def set_lr_factor(self, factor):
+        self.send_all("SetLrFactor", {"factor": float(factor)}, training=True)
+
+    def restart_stream(self, stage, release):
+        self.send_all("RestartStream", {"stage": stage, "release": int(release)})
+
+    def party_digests(self):
+        return [reply["digest"] for reply in self.call_all("Digest", {})]
+
+    def state_dict(self):
+        """Every party saves its own state for this round in its own state directory; the
+        server's checkpoint keeps the run key and the round only."""
+        round = int(self.round_fn())
+        self.call_all("SaveState", {"round": round})
+        return {"round": round, "run": self.run}
+
+    def load_state_dict(self, state):
+        if "round" not in state or "run" not in state:
+            raise ConfigError(
+                "this checkpoint names no party run and round (its party models are part of the "
+                "checkpoint): resume it with the runtime that wrote it"
+            )
+        run, round = str(state["run"]), int(state["round"])
+        replies = self.call_all("LoadState", {"run": run, "round": round})
+        problems = [reply["problem"] for reply in replies if reply["problem"]]
+        if problems:
+            raise ConfigError(problems[0])
+        self.run = run
+
+    # ----------------------------------------------------------------- the asynchronous family
+    def initial_embeddings(self, xs, *, chunk):
+        raise NotImplementedError("the synchronous parties answer no asynchronous call")
+
+    def embed_rows(self, party, x, idx):
+        raise NotImplementedError("the synchronous parties answer no asynchronous call")
+
+    def client_messages(self, clients, xs, idx, *, zoo):
+        raise NotImplementedError("the synchronous parties answer no asynchronous call")
+
+    def answer_client(self, party, answer):
+        raise NotImplementedError("the synchronous parties answer no asynchronous call")
+
+    # ----------------------------------------------------------------- end
+    def close(self, status: str = "ended"):
+        """Close every party's session (a lost party has nothing to close)."""
+        self.stopping.set()
+        self.traffic.enter(False)
+        for stream in self.streams:
+            with contextlib.suppress(Exception):
+                stream.send("Close", {"status": status})
+        for stream in self.streams:
+            stream.close()
+        for channel in self.channels:
+            channel.close()
+        self.streams, self.channels = [], []

@@ -1,0 +1,254 @@
+"""One run of a party program under ``runtime=grpc`` (:class:`PartySession`): built from the
+party's own configuration once it accepted the server's proposal, it wraps one
+:class:`~vfl_lightning.algorithms.party.Party` (the class every runtime's parties are) and
+answers the calls of its protocol family. Keys: a fresh X25519 key per run, signed with the
+party's certificate key; the peers' keys are verified against the party's own CA and the names
+``party-<m>`` before any pair seed is derived. State: the party's own files in its own
+``state_dir`` (:mod:`~vfl_lightning.runtime.party_state`), never a file the server names."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+import torch
+
+from vfl_lightning.algorithms.parties import PartyGenerators, private_seed
+from vfl_lightning.algorithms.party import Party
+from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.mechanisms.certificates import (
+    CertifiedKey,
+    Credentials,
+    KeyCertificationError,
+    certified_pair_seeds,
+    certify_key,
+)
+from vfl_lightning.mechanisms.keys import fresh_private_key, pair_channel_key, public_bytes
+from vfl_lightning.runtime.grpc_channel import PartyRefusal
+from vfl_lightning.runtime.party_config import PartyConfig
+from vfl_lightning.runtime.party_state import check_run_key, load_party_state, save_party_state
+from vfl_lightning.wire.codecs import Codec, decode_form
+from vfl_lightning.wire.frames import FrameError
+
+SPLITS = ("train", "val", "test")
+DOWNLINK_FORMS = ("dense", "topk")
+"""The gradient forms a party decodes (the downlink codecs: float32, or top-k entries)."""
+
+
+@dataclass
+class OwnData:
+    """A party's data file: per split its sample ids and its columns (float32 tensors)."""
+
+    ids: dict
+    features: dict[str, torch.Tensor]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.features["train"].shape[1:])
+
+
+class PartySession:
+    """Party ``config.party``'s side of one run: its columns, model, optimizer, mechanism and
+    generators, built as the proposal and its own configuration agree.
+
+    Initial parameters: with ``seeds: derived`` as the local run builds them (its seed, every
+    party model of the proposal's shapes in order, its own kept), so the run can be compared bit
+    for bit; with ``seeds: private`` its own model alone, from entropy drawn here (then torch's
+    global generator is reseeded from it too). A masking mechanism holds no pair seed before the
+    certified key agreement, so the party sends nothing masked before it."""
+
+    def __init__(
+        self, config: PartyConfig, credentials: Credentials, data: OwnData, proposal: dict
+    ) -> None:
+        self.config, self.credentials, self.party = config, credentials, config.party
+        self.session = secrets.token_hex(16)
+        self.features = data.features
+        self.run = check_run_key(str(proposal.get("run", "")))
+        shapes = [tuple(shape) for shape in proposal["party_shapes"]]
+        factory = PartyFactory(
+            {
+                "seed": config.seed or 0,
+                "data": {},
+                "party": config.model,
+                "mechanism": config.mechanism,
+                "optimizer": config.optimizer,
+            }
+        )
+        derived = config.seeds == "derived"
+        if derived:
+            import lightning as L
+
+            L.seed_everything(config.seed, workers=True, verbose=False)
+            model = factory.party_models(shapes)[self.party]
+        else:
+            torch.manual_seed(private_seed())
+            model = factory.complete("party", input_shape=shapes[self.party])
+        optimizer = factory.optimizer()(model.parameters())
+        self.mechanism = factory.mechanism(len(shapes))
+        if self.mechanism.uses_pair_masks:
+            self.mechanism.set_pair_seeds({})
+        generators = PartyGenerators(config.seed or 0, self.party, party_seeds=config.seeds)
+        self.own = Party(self.party, model, generators, optimizer)
+        if not derived:
+            torch.manual_seed(private_seed())
+        self.width = int(model.embedding_dim)
+        self.key = fresh_private_key()
+        self.channel_keys: dict[int, bytes] = {}
+
+    def refuse(self, rule: str) -> PartyRefusal:
+        return PartyRefusal(f"party {self.party} refuses: {rule}")
+
+    # ----------------------------------------------------------------- key agreement
+    def publish_key(self, fields: dict) -> dict:
+        certified = certify_key(
+            self.credentials,
+            run_id=fields["run_id"],
+            party=self.party,
+            public_key=public_bytes(self.key),
+        )
+        return {
+            "public_key": certified.public_key,
+            "certificate": certified.certificate,
+            "signature": certified.signature,
+        }
+
+    def agree(self, fields: dict) -> dict:
+        """Verify every relayed key against this party's CA and the peer's name, then derive the
+        pair seeds and the pair channel keys."""
+        relayed = []
+        for entry in fields["keys"]:
+            if not (isinstance(entry, list) and len(entry) == 4):
+                raise self.refuse("the relayed keys are not [party, key, certificate, signature]")
+            party, public, certificate, signature = entry
+            if not (
+                isinstance(party, int)
+                and all(isinstance(part, bytes) for part in (public, certificate, signature))
+            ):
+                raise self.refuse("the relayed keys are not [party, key, certificate, signature]")
+            relayed.append(CertifiedKey(party, public, certificate, signature))
+        try:
+            seeds = certified_pair_seeds(
+                self.key, self.party, relayed, run_id=fields["run_id"], ca=self.credentials.ca
+            )
+        except KeyCertificationError as error:
+            raise self.refuse(f"the key agreement: {error}") from None
+        if self.mechanism.uses_pair_masks:
+            self.mechanism.set_pair_seeds(seeds)
+        self.channel_keys = {
+            m: pair_channel_key(self.key, key.public_key, *sorted((self.party, m)))
+            for m, key in enumerate(relayed)
+            if m != self.party
+        }
+        return {}
+
+    # ----------------------------------------------------------------- every protocol
+    def rows(self, stage: str, idx) -> torch.Tensor:
+        if stage not in SPLITS:
+            raise self.refuse(f"it embeds rows of {SPLITS}, not {stage!r}")
+        features = self.features[stage]
+        if idx.dtype != torch.int64 or idx.dim() != 1:
+            raise self.refuse("row indices are a 1-d int64 tensor")
+        if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= len(features)):
+            raise self.refuse(f"row indices lie in [0, {len(features)}) for the {stage} split")
+        return features[idx]
+
+    def encoded(self, message: torch.Tensor) -> list:
+        """The message in its mechanism's uplink form (ring elements packed at their width)."""
+        if message.is_floating_point():
+            return Codec().encode(message)
+        return self.mechanism.uplink_codec().encode(message)
+
+    def send(self, fields: dict) -> dict:
+        """This party's release of rows ``idx`` of the stage, encoded by its mechanism at release
+        ``round``; a noisy mechanism's party never sends its clean embedding (``round`` None)."""
+        stage, round = fields["stage"], fields["round"]
+        if round is None and self.mechanism.noisy:
+            raise self.refuse(
+                f"it releases only through its {type(self.mechanism).__name__} mechanism: a "
+                "release round is required, it sends no clean embedding"
+            )
+        x = self.rows(stage, fields["idx"])
+        training = stage == "train"
+        self.own.model.train(training)
+        if training:
+            h = self.own.forward(x)
+            self.own.keep(x, h)
+            out = h.detach()
+        else:
+            out = self.own.embedding(x)
+        if round is not None:
+            generator = self.own.generators.get(stage)
+            out = self.mechanism.encode_party(self.party, out, generator=generator, round=round)
+        return {"message": self.encoded(out)}
+
+    def gradient(self, form, rows: int | None = None) -> torch.Tensor:
+        """A received gradient decoded in this process, of the kept message's shape."""
+        try:
+            gradient = decode_form(form, DOWNLINK_FORMS)
+        except FrameError as error:
+            raise self.refuse(f"a malformed gradient: {error}") from None
+        if self.own.x is None:
+            raise self.refuse("a gradient without a training message it answers")
+        expected = (len(self.own.x), self.width) if rows is None else (rows, self.width)
+        if tuple(gradient.shape) != expected or not gradient.is_floating_point():
+            raise self.refuse(
+                f"a gradient of shape {tuple(gradient.shape)} for its message of shape {expected}"
+            )
+        if not torch.isfinite(gradient).all():
+            raise self.refuse("a gradient with a non-finite value")
+        return gradient.to(next(self.own.model.parameters()).dtype)
+
+    def restart_stream(self, fields: dict) -> dict:
+        self.own.generators.restart(fields["stage"], fields["release"])
+        return {}
+
+    def digest(self, fields: dict) -> dict:
+        return {"digest": self.own.digest()}
+
+    def save_state(self, fields: dict) -> dict:
+        save_party_state(
+            self.config.state_dir, self.party, self.run, fields["round"], self.own.state_dict()
+        )
+        return {}
+
+    def load_state(self, fields: dict) -> dict:
+        try:
+            run = check_run_key(fields["run"])
+            state, problem = load_party_state(
+                self.config.state_dir, self.party, run, fields["round"]
+            )
+        except ValueError as error:
+            return {"problem": f"party {self.party} refuses to resume: {error}"}
+        if state is not None:
+            self.own.load_state_dict(state)
+            self.run = run
+        return {"problem": problem}
+
+    # ----------------------------------------------------------------- the synchronous family
+    def apply_gradient(self, fields: dict) -> dict:
+        self.own.apply_gradient(
+            self.gradient(fields["gradient"]), fresh=fields["fresh"], mu=fields["mu"]
+        )
+        return {}
+
+    def set_anchor(self, fields: dict) -> dict:
+        self.own.set_anchor()
+        return {}
+
+    def set_lr_factor(self, fields: dict) -> dict:
+        self.own.set_lr_factor(fields["factor"])
+        return {}
+
+    METHODS = {
+        "PublishKey": "publish_key",
+        "Agree": "agree",
+        "Send": "send",
+        "RestartStream": "restart_stream",
+        "Digest": "digest",
+        "SaveState": "save_state",
+        "LoadState": "load_state",
+        "ApplyGradient": "apply_gradient",
+        "SetAnchor": "set_anchor",
+        "SetLrFactor": "set_lr_factor",
+    }
+    """The calls of a session (the synchronous family's), each to the method of that name."""

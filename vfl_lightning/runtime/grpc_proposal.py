@@ -1,0 +1,126 @@
+"""The start of a ``runtime=grpc`` run: the server proposes what will run (protocol, mechanism,
+model, optimizer, every party's input shape and width, where seeds come from, the samples of each
+split by digest), and each party checks the proposal against its own configuration. A mismatch
+is one line, which the party prints and returns, and the server prints too."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+
+from vfl_lightning.runtime.grpc_channel import ProposalRefused
+from vfl_lightning.runtime.party_config import PartyConfig
+
+FORMAT = "vfl_lightning proposal"
+VERSION = 1
+SPLITS = ("train", "val", "test")
+IGNORED_MECHANISM_KEYS = ("seed",)
+"""Mechanism settings a party does not compare: ``seed`` derives the simulation's mask seeds,
+which parties replace by their certified key agreement."""
+
+
+def ids_digest(ids) -> str:
+    """SHA-256 (hex) of a split's sample ids as little-endian int64."""
+    return hashlib.sha256(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()
+
+
+def first_difference(ours, theirs, prefix: str):
+    """(key, our value, their value) of the first setting where two config nodes differ, or
+    None. Integers and floats of equal value are equal."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        for key in sorted(set(ours) | set(theirs), key=str):
+            found = first_difference(ours.get(key), theirs.get(key), f"{prefix}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(ours, list | tuple) and isinstance(theirs, list | tuple):
+        if len(ours) != len(theirs):
+            return prefix, ours, theirs
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            found = first_difference(a, b, f"{prefix}[{i}]")
+            if found is not None:
+                return found
+        return None
+    numbers = (int, float)
+    if (
+        isinstance(ours, numbers)
+        and isinstance(theirs, numbers)
+        and not isinstance(ours, bool)
+        and not isinstance(theirs, bool)
+    ):
+        same = ours == theirs or (math.isnan(ours) and math.isnan(theirs))
+        return None if same else (prefix, ours, theirs)
+    return None if ours == theirs else (prefix, ours, theirs)
+
+
+def without(node: dict | None, keys) -> dict | None:
+    return None if node is None else {k: v for k, v in node.items() if k not in keys}
+
+
+def check_proposal(
+    config: PartyConfig,
+    proposal: dict,
+    *,
+    settings: tuple[str, ...],
+    shape: tuple[int, ...],
+    ids: dict[str, str],
+) -> None:
+    """Refuse (:class:`ProposalRefused`, one line naming the party, the setting, both values and
+    the file) a proposal that does not match party ``config``: its index, the protocol's
+    ``settings`` (the keys of ``config.protocol`` the protocol class declares a party agrees
+    to), model, optimizer and mechanism, where its seeds come from, its input ``shape`` and its
+    splits' sample ids (``ids``: stage -> digest)."""
+    party = config.party
+
+    def refuse(what: str) -> ProposalRefused:
+        return ProposalRefused(f"party {party} refuses the proposal: {what} ({config.path})")
+
+    if not isinstance(proposal, dict) or proposal.get("format") != FORMAT:
+        raise refuse(f"it is not a {FORMAT!r}")
+    if proposal.get("version") != VERSION:
+        raise refuse(f"version {proposal.get('version')!r}, this party reads {VERSION}")
+    if proposal.get("party") != party:
+        raise refuse(
+            f"it addresses party {proposal.get('party')!r} at this address, this is party {party}"
+        )
+    proposed = proposal.get("protocol") or {}
+    own = {key: config.protocol.get(key) for key in settings}
+    theirs = {key: proposed.get(key) for key in settings}
+    nodes = (
+        ("protocol", own, theirs),
+        ("model", config.model, proposal.get("model")),
+        ("optimizer", config.optimizer, proposal.get("optimizer")),
+        (
+            "mechanism",
+            without(config.mechanism, IGNORED_MECHANISM_KEYS),
+            without(proposal.get("mechanism"), IGNORED_MECHANISM_KEYS),
+        ),
+    )
+    for name, ours, proposed_node in nodes:
+        found = first_difference(ours, proposed_node, name)
+        if found is not None:
+            key, mine, other = found
+            raise refuse(f"{key} is {other!r} in the proposal, {mine!r} in its configuration")
+    if proposal.get("party_seeds") != config.seeds:
+        raise refuse(
+            f"runtime.party_seeds={proposal.get('party_seeds')!r}, its configuration has "
+            f"seeds={config.seeds!r}"
+        )
+    if config.seeds == "derived" and proposal.get("seed") != config.seed:
+        raise refuse(
+            f"seed={proposal.get('seed')!r} in the proposal, seed={config.seed!r} in its "
+            "configuration (seeds=derived reproduces one run's seed)"
+        )
+    shapes = proposal.get("party_shapes") or []
+    if not 0 <= party < len(shapes) or tuple(shapes[party]) != tuple(shape):
+        theirs_shape = shapes[party] if 0 <= party < len(shapes) else None
+        raise refuse(f"input shape {theirs_shape!r} in the proposal, {list(shape)} in its data")
+    proposed_ids = proposal.get("ids") or {}
+    for split in SPLITS:
+        if proposed_ids.get(split) != ids.get(split):
+            raise refuse(
+                f"the {split} split lists other samples (or another order) than its data file "
+                f"{config.data}"
+            )

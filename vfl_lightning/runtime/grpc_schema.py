@@ -1,0 +1,36 @@
+"""The fixed schema of every message of ``runtime=grpc``. Two unary calls start a run (``Hello``,
+``Propose``); the run itself is one stream per party (``Session``), opened with the session the
+party issued for the accepted proposal, on which the server sends calls and the party answers
+those that have a reply, in order. For each method: the fields of its request and of its reply
+(None: the call has no reply) and their kinds (:data:`~vfl_lightning.wire.frames.KINDS`; ``?``
+allows None). A frame with any other field, a missing one or another kind is refused."""
+
+from __future__ import annotations
+
+UNARY: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "Hello": ({}, {"party": "int", "name": "str"}),
+    "Propose": ({"proposal": "json"}, {"session": "str", "party": "int", "width": "int"}),
+}
+"""method -> (request fields, reply fields) of the calls outside a session."""
+
+SESSION: dict[str, tuple[dict[str, str], dict[str, str] | None]] = {
+    "Open": ({"session": "str"}, {}),
+    "Close": ({"status": "str"}, None),
+    # ------------------------------------------------------------------ start of a run
+    "PublishKey": (
+        {"run_id": "str"},
+        {"public_key": "bytes", "certificate": "bytes", "signature": "bytes"},
+    ),
+    "Agree": ({"run_id": "str", "keys": "list"}, {}),
+    # ------------------------------------------------------------------ every protocol
+    "Send": ({"idx": "tensor", "stage": "str", "round": "int?"}, {"message": "list"}),
+    "RestartStream": ({"stage": "str", "release": "int"}, None),
+    "Digest": ({}, {"digest": "str"}),
+    "SaveState": ({"round": "int"}, {}),
+    "LoadState": ({"run": "str", "round": "int"}, {"problem": "str"}),
+    # ------------------------------------------------------------------ the synchronous family
+    "ApplyGradient": ({"gradient": "list", "fresh": "bool", "mu": "float"}, None),
+    "SetAnchor": ({}, None),
+    "SetLrFactor": ({"factor": "float"}, None),
+}
+"""method -> (request fields, reply fields or None) of the calls on a session's stream."""

@@ -1,0 +1,241 @@
+"""The party program of ``runtime=grpc`` (``python -m vfl_lightning.party serve --config FILE``):
+reads its own configuration, TLS files and data file, serves the party service over mutual TLS,
+and runs each session the server opens with an accepted proposal, its calls in order. It exits
+with one line when the server goes quiet in a session (its state intact), when no server came
+within ``wait_s``, or on SIGTERM / Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vfl_lightning.errors import ConfigError
+from vfl_lightning.mechanisms.certificates import Credentials, party_name
+from vfl_lightning.runtime.grpc_channel import (
+    PartyRefusal,
+    PartyService,
+    ProposalRefused,
+    start_server,
+)
+from vfl_lightning.runtime.grpc_party import SPLITS, OwnData, PartySession
+from vfl_lightning.runtime.grpc_proposal import check_proposal, ids_digest
+from vfl_lightning.runtime.party_config import PartyConfig
+
+POLL_S = 0.2
+
+
+def read_own_data(path: Path) -> OwnData:
+    """The party's data file: ``<split>_ids`` (int64, distinct) and ``<split>_x`` (float32, one row
+    per id) for every split (``python -m vfl_lightning.data.export`` writes such files)."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError) as error:
+        reason = " ".join(str(error).split())[:200]
+        raise ConfigError(f"data={path} cannot be read as a numpy .npz file: {reason}") from None
+    ids, features = {}, {}
+    for split in SPLITS:
+        split_ids, x = arrays.get(f"{split}_ids"), arrays.get(f"{split}_x")
+        if split_ids is None or x is None:
+            raise ConfigError(
+                f"data={path} lacks {split}_ids or {split}_x: a party's data file holds, per "
+                "split, its sample ids and its columns"
+            )
+        if (
+            split_ids.dtype != np.int64
+            or split_ids.ndim != 1
+            or len(np.unique(split_ids)) != len(split_ids)
+        ):
+            raise ConfigError(f"data={path}: {split}_ids must be distinct int64 sample ids")
+        if x.dtype != np.float32 or len(x) != len(split_ids):
+            raise ConfigError(f"data={path}: {split}_x must be float32, one row per sample id")
+        ids[split], features[split] = split_ids, torch.from_numpy(x)
+    shapes = {tuple(x.shape[1:]) for x in features.values()}
+    if len(shapes) != 1:
+        raise ConfigError(f"data={path}: the splits' columns differ in shape {sorted(shapes)}")
+    return OwnData(ids, features)
+
+
+def session_class(protocol: dict) -> tuple[type[PartySession], tuple[str, ...]]:
+    """The session class of the protocol the party agreed to run (its family's calls), and the
+    protocol settings it checks in a proposal (the class's ``PARTY_SETTINGS``)."""
+    from hydra.utils import get_class
+
+    try:
+        protocol_class = get_class(protocol["_target_"])
+    except Exception as error:
+        raise ConfigError(
+            f"protocol._target_={protocol['_target_']} cannot be imported: {error}"
+        ) from None
+    settings = tuple(getattr(protocol_class, "PARTY_SETTINGS", ("_target_", "name")))
+    if "grpc" not in getattr(protocol_class, "RUNTIMES", ()):
+        raise ConfigError(
+            f"protocol._target_={protocol['_target_']} does not run on runtime=grpc (its "
+            f"RUNTIMES: {getattr(protocol_class, 'RUNTIMES', ())})"
+        )
+    family = getattr(protocol_class, "PARTY_CALLS", "sync")
+    from vfl_lightning.runtime import grpc_sessions
+
+    return grpc_sessions.SESSIONS[family], settings
+
+
+class PartyProgram:
+    """Party ``config.party``'s service: the TLS material and data it read, the current session
+    and the order of its calls."""
+
+    def __init__(self, config: PartyConfig) -> None:
+        self.config = config
+        torch.set_num_threads(config.threads)
+        self.credentials = Credentials.from_files(
+            config.ca, config.cert, config.key, settings=("tls.ca", "tls.cert", "tls.key")
+        )
+        own_name = party_name(config.party)
+        if self.credentials.name != own_name:
+            raise ConfigError(
+                f"tls.cert={config.cert} names {self.credentials.name}, but party "
+                f"{config.party}'s certificate must name {own_name}"
+            )
+        self.data = read_own_data(config.data)
+        self.ids = {split: ids_digest(ids) for split, ids in self.data.ids.items()}
+        self.session_class, self.settings = session_class(config.protocol)
+        self.session: PartySession | None = None
+        self.order = threading.Lock()
+        self.last_call = time.monotonic()
+        self.started = time.monotonic()
+        self.exit_code: int | None = None
+        self.exit_line = ""
+        self.done = threading.Event()
+
+    # ----------------------------------------------------------------- calls
+    def touch(self) -> None:
+        self.last_call = time.monotonic()
+
+    def hello(self, fields: dict) -> dict:
+        return {"party": self.config.party, "name": party_name(self.config.party)}
+
+    def propose(self, fields: dict) -> dict:
+        proposal = fields["proposal"]
+        check_proposal(
+            self.config, proposal, settings=self.settings, shape=self.data.shape, ids=self.ids
+        )
+        session = self.session_class(self.config, self.credentials, self.data, proposal)
+        widths = proposal.get("widths") or []
+        party = self.config.party
+        if party >= len(widths) or widths[party] != session.width:
+            raise ProposalRefused(
+                f"party {party} refuses the proposal: embedding width "
+                f"{widths[party] if party < len(widths) else None!r} in the proposal, "
+                f"{session.width} from its model ({self.config.path})"
+            )
+        self.session = session
+        print(f"party {party} accepted the proposal (run {session.run})", flush=True)
+        return {"session": session.session, "party": party, "width": session.width}
+
+    def open_session(self, session_id: str):
+        """The runner of the session ``session_id`` (the current one): each call to its method,
+        one at a time; ``Close`` ends the session."""
+        session = self.session
+        if session is None or session_id != session.session:
+            raise PartyRefusal(
+                f"party {self.config.party} refuses to open session {session_id!r}: the server "
+                "must propose the run first"
+            )
+
+        def run(method: str, fields: dict) -> dict | None:
+            if self.session is not session:
+                raise PartyRefusal(
+                    f"party {self.config.party} refuses {method}: its session was replaced"
+                )
+            if method == "Close":
+                return self.close(session, fields["status"])
+            name = session.METHODS.get(method)
+            if name is None:
+                raise PartyRefusal(
+                    f"party {self.config.party} refuses {method}: it runs "
+                    f"{self.config.protocol.get('name')}, whose parties answer no {method}"
+                )
+            with self.order:
+                return getattr(session, name)(fields)
+
+        return run
+
+    def close(self, session: PartySession, status: str) -> None:
+        print(f"party {self.config.party}: the server closed the run ({status})", flush=True)
+        self.session = None
+        if self.config.once:
+            self.stop(0, "")
+
+    def handlers(self) -> PartyService:
+        return PartyService(
+            self.config.party,
+            self.config.server_name,
+            {"Hello": self.hello, "Propose": self.propose},
+            self.open_session,
+            self.touch,
+        )
+
+    # ----------------------------------------------------------------- serving
+    def stop(self, code: int, line: str) -> None:
+        if self.exit_code is None:
+            self.exit_code, self.exit_line = code, line
+        self.done.set()
+
+    def watch(self) -> None:
+        """Stop with one line when a session's server went quiet for ``idle_timeout_s``, or no
+        server proposed within ``wait_s``."""
+        config = self.config
+        while not self.done.wait(POLL_S):
+            now = time.monotonic()
+            if self.session is not None and now - self.last_call > config.idle_timeout_s:
+                self.stop(
+                    1,
+                    f"party {config.party}: no call from the server for "
+                    f"{config.idle_timeout_s:g} s (idle_timeout_s); the server is gone. Its "
+                    f"state in {config.state_dir} is intact: restart this program to resume",
+                )
+            elif (
+                self.session is None
+                and config.wait_s is not None
+                and now - self.last_call > config.wait_s
+            ):
+                self.stop(
+                    1,
+                    f"party {config.party}: no server proposed a run within {config.wait_s:g} s "
+                    "(wait_s)",
+                )
+
+    def start(self, port_file: Path | None = None) -> int:
+        """Serve the party service and watch for a quiet server; returns the bound port."""
+        handler = self.handlers().handler()
+        self.server, port = start_server(handler, self.config.listen, self.credentials)
+        host = self.config.listen.rpartition(":")[0]
+        if port_file is not None:
+            port_file.write_text(f"{port}\n")
+        print(
+            f"party {self.config.party} listening on {host}:{port} as "
+            f"{party_name(self.config.party)}, accepting the server {self.config.server_name}",
+            flush=True,
+        )
+        threading.Thread(target=self.watch, daemon=True).start()
+        return port
+
+    def wait(self) -> int:
+        """Block until the program stops; its exit code (the stop's line printed first)."""
+        self.done.wait()
+        self.server.stop(grace=1.0)
+        if self.exit_line:
+            print(f"error: {self.exit_line}", file=sys.stderr, flush=True)
+        return int(self.exit_code or 0)
+
+    def serve(self, port_file: Path | None = None) -> int:
+        """:meth:`start`, stop on SIGTERM or Ctrl-C, :meth:`wait`."""
+        self.start(port_file)
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop_signal, lambda number, frame: self.stop(0, ""))
+        return self.wait()
