@@ -26,10 +26,13 @@ TEMPORARY_NAME = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(TEMPORARY_SUFFIX))
 """The name of an :func:`atomic_write_bytes` temporary file: ``.<target>.<8 random>.partial``."""
 
 
-def atomic_write_bytes(data: bytes, path: str | os.PathLike) -> None:
+def atomic_write_bytes(data: bytes, path: str | os.PathLike, *, durable: bool = True) -> None:
     """Write ``data`` into a temporary file in ``path``'s own directory, flush it to disk, then
     ``os.replace`` it onto ``path``: a reader sees the old file or the complete new one, never a
     partial one (a temporary file on another filesystem would need a non-atomic copy).
+    ``durable=False`` skips the two ``fsync`` calls (the file's and its directory's): the write is
+    still atomic for readers and survives the writer's death (kill -9), but not a crash of the
+    machine itself.
 
     The writer holds an exclusive ``flock`` on the temporary file until it is renamed, so a file
     left by a killed writer (the kernel drops the lock with the process) can be told from one being
@@ -44,13 +47,16 @@ def atomic_write_bytes(data: bytes, path: str | os.PathLike) -> None:
         with os.fdopen(os.dup(handle), "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
     finally:
         os.close(handle)
+    if not durable:
+        return
     directory = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(directory)

@@ -94,13 +94,15 @@ class CurveWriter(L.Callback):
 
     def write(self) -> None:
         """Write every row to ``path`` atomically (:func:`~vfl_lightning.checkpoints.atomic_write_bytes`:
-        a locked temporary file renamed into place, which a resume can tell from a live write)."""
+        a locked temporary file renamed into place, which a resume can tell from a live write),
+        without waiting for the disk: the rows are also in every checkpoint (:meth:`state_dict`),
+        the durable record a resume rewrites the curve from."""
         text = io.StringIO(newline="")
         writer = csv.DictWriter(text, fieldnames=self.columns(), restval="")
         writer.writeheader()
         for row in self.rows:
             writer.writerow({k: repr(v) for k, v in row.items()})
-        atomic_write_bytes(text.getvalue().encode(), self.path)
+        atomic_write_bytes(text.getvalue().encode(), self.path, durable=False)
 
     def state_dict(self) -> dict:
         return {"rows": [dict(row) for row in self.rows]}

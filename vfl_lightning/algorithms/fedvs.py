@@ -261,11 +261,11 @@ class FedVSFamily(VFLModule):
         # line 31: the server's update, and dL/dH broadcast to every client
         logits = self.head(fused)
         loss = self.loss_fn(logits, y)
-        server_opt.zero_grad()
-        self.manual_backward(loss)
+        self.zero_server(server_opt)
+        self.server_backward(loss)
         gradients = self.wire.downlink([fused.grad] * self.num_parties)
         self.party_side.update(xs, idx, gradients[0])
-        server_opt.step()
+        self.step_server(server_opt)
         self._close_round(timing, len(responders))
         return loss, logits
 
@@ -322,13 +322,13 @@ class FedVSFamily(VFLModule):
         fused = torch.stack(received).mean(0).requires_grad_()
         logits = self.head(fused)
         loss = self.loss_fn(logits, y)
-        server_opt.zero_grad()
-        self.manual_backward(loss)
+        self.zero_server(server_opt)
+        self.server_backward(loss)
         gradient = None
         for n in used:
             gradient = self.wire.send(DOWNLINK, n, fused.grad, kind="gradient")
         self.party_side.update_plain(used, gradient)
-        server_opt.step()
+        self.step_server(server_opt)
         self._close_round(timing, len(used))
         return loss, logits
 

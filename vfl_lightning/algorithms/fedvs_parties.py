@@ -130,9 +130,9 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         return self.codec.share_data(features, generator=generator)
 
     def share_models(self, share_delays):
-        return self.codec.share_models(
-            [p.weight for p in self.models], generator=self.streams.get("train", self.device)
-        )
+        weights = [p.weight for p in self.models]
+        generator = self.streams.get("train", weights[0].device)
+        return self.codec.share_models(weights, generator=generator)
 
     def coded_embeddings(self, positions, upload_delays, modelled):
         responders = list(modelled)
@@ -149,7 +149,7 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         used = sorted(modelled)
         outputs = [self.members[n].forward(xs[n]) for n in used]
         if self.dp is not None:
-            gen = self.streams.get("train", self.device)
+            gen = self.streams.get("train", outputs[0].device)
             outputs = [self.dp(h, gen) for h in outputs]
         for n, h in zip(used, outputs, strict=True):
             self.members[n].keep(xs[n], h)
@@ -174,6 +174,10 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         return self.embed(xs)
 
     def project_weights(self) -> None:
-        """|w| <= ``weight_bound`` for every client model (Assumption 4)."""
-        for party in self.members:
-            party.project_weights(self.weight_bound)
+        """|w| <= ``weight_bound`` for every client model (Assumption 4), as one foreach clamp
+        (the values of each party's own :meth:`~vfl_lightning.algorithms.party.Party.project_weights`)."""
+        bound = self.weight_bound
+        with torch.no_grad():
+            weights = [party.model.weight for party in self.members]
+            torch._foreach_clamp_min_(weights, -bound)
+            torch._foreach_clamp_max_(weights, bound)

@@ -94,8 +94,12 @@ class LocalParties(Parties):
             local = [party(x) for party, x in zip(self.models, shares, strict=True)]
         return self.rows.gather(local, int(xs[0].shape[0]))
 
-    def stage_generators(self, stage: str) -> list[torch.Generator]:
-        device = self.device
+    def stage_generators(
+        self, stage: str, device: torch.device | None = None
+    ) -> list[torch.Generator]:
+        """Every party's generator of ``stage`` on ``device`` (by default the models'; the
+        caller passes it when a tensor from the models is at hand, which is cheaper to ask)."""
+        device = self.device if device is None else device
         for party in self.members:
             party.generators.move(device)
         return [party.generators.get(stage) for party in self.members]
@@ -108,7 +112,8 @@ class LocalParties(Parties):
         detached = [h.detach() for h in embeddings]
         if round is None:
             return detached
-        return self.mechanism.encode(detached, generator=self.stage_generators(stage), round=round)
+        generators = self.stage_generators(stage, detached[0].device)
+        return self.mechanism.encode(detached, generator=generators, round=round)
 
     def clean_embeddings(self, xs):
         return self.embed(xs)
@@ -192,7 +197,8 @@ class LocalParties(Parties):
         """Local: in the order of ``clients``, each computed when asked for; ZOO directions come
         from the server's training stream (one stream for every client, :class:`ServerStreams`)."""
         for m in clients:
-            generator = None if zoo is None else self.streams.get("train", self.device)
+            # the client's batch slice is where its model is (the module's device)
+            generator = None if zoo is None else self.streams.get("train", xs[m].device)
             yield m, *self.members[m].client_message(xs[m], zoo, generator)
 
     def answer_client(self, party, answer):
