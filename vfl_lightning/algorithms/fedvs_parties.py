@@ -177,7 +177,9 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         """|w| <= ``weight_bound`` for every client model (Assumption 4), as one foreach clamp
         (the values of each party's own :meth:`~vfl_lightning.algorithms.party.Party.project_weights`)."""
         bound = self.weight_bound
+        weights = [party.model.weight for party in self.members]
+        if not weights:  # no client model held here
+            return
         with torch.no_grad():
-            weights = [party.model.weight for party in self.members]
             torch._foreach_clamp_min_(weights, -bound)
             torch._foreach_clamp_max_(weights, bound)
