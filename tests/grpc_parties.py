@@ -108,7 +108,7 @@ class Deployment:
 def make_deployment(
     root: Path,
     overrides: list[str],
-    num_parties: int = 4,
+    num_parties: int | None = None,
     *,
     seeds: str = "derived",
     idle_timeout_s: float = 60.0,
@@ -116,16 +116,17 @@ def make_deployment(
     certs: Path | None = None,
 ) -> Deployment:
     """Certificates (or those in ``certs``), data files and configurations for ``num_parties``
-    party programs of the run ``overrides`` describe (not started)."""
+    (default: the data's) party programs of the run ``overrides`` describe (not started)."""
     root.mkdir(parents=True, exist_ok=True)
     deployment = Deployment(root)
+    data = root / "data"
+    manifest = export([*overrides, "logger=none"], data)
+    if num_parties is None:
+        num_parties = manifest.num_parties
     if certs is None:
         write_development_ca(deployment.certs, num_parties)
     else:
-        deployment.root = root
         os.symlink(certs, deployment.certs)
-    data = root / "data"
-    export([*overrides, "logger=none"], data)
     for m in range(num_parties):
         folder = root / f"party_{m}"
         config = write_party_config(
@@ -145,7 +146,7 @@ def make_deployment(
 
 
 @contextlib.contextmanager
-def running(root: Path, overrides: list[str], num_parties: int = 4, **options):
+def running(root: Path, overrides: list[str], num_parties: int | None = None, **options):
     """A started :class:`Deployment`, every party stopped at the end."""
     deployment = make_deployment(root, overrides, num_parties, **options)
     try:

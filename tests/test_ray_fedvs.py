@@ -25,9 +25,9 @@ from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.analytic_gaussian import privatize_embedding
 from vfl_lightning.mechanisms.base import release_round
+from vfl_lightning.mechanisms.fedvs import segment_rows
 from vfl_lightning.mechanisms.field import field_matmul, quantize
 from vfl_lightning.models.pn import PolynomialNetwork
-from vfl_lightning.runtime.fedvs_eval import segment_rows
 from vfl_lightning.train import attach_ray_parties, build, train
 from vfl_lightning.wire import DOWNLINK, PEER, UPLINK
 

@@ -71,7 +71,18 @@ class HybridVFL(VFLModule):
     entries (kind ``refreshed_embedding``, counted in ``async/refreshes``).
     """
 
-    RUNTIMES = ("local", "ray")
+    RUNTIMES = ("local", "ray", "grpc")
+    PARTY_CALLS = "async"
+    PARTY_SETTINGS = (
+        "_target_",
+        "name",
+        "client_update",
+        "synchronous",
+        "direction",
+        "mu",
+        "num_directions",
+        "zoo_space",
+    )
 
     @property
     def party_answers(self) -> str:

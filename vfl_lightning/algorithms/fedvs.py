@@ -16,7 +16,7 @@ from vfl_lightning.algorithms.fedvs_parties import FedVSParties, LocalFedVSParti
 from vfl_lightning.data.segments import SegmentedDataModule
 from vfl_lightning.errors import RunFailure
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
-from vfl_lightning.mechanisms.fedvs import FedVSCodec
+from vfl_lightning.mechanisms.fedvs import CODE_SETTINGS, FedVSCodec
 from vfl_lightning.mechanisms.field import DEFAULT_PRIME
 from vfl_lightning.models.pn import PolynomialNetwork
 from vfl_lightning.wire import DOWNLINK, PEER, UPLINK
@@ -56,13 +56,13 @@ class FedVSFamily(VFLModule):
     parameters, Assumption 4), which with the data range makes the overflow pre-check a guarantee.
     Time: message sizes, compute rates and the §6.2 straggler delays come from the run's
     :class:`~vfl_lightning.wire.Network` (``network=fedvs``, set by the algo files); a round lasts
-    as :func:`fedvs_timing` / :func:`wait_timing` say.
+    as :func:`fedvs_timing` / :func:`wait_timing` say. Clients: ``self.party_side``
+    (:class:`FedVSParties`); ``fedvs/responder_counts``: how often each client decoded."""
 
-    Clients: ``self.party_side`` (:class:`FedVSParties`), local or Ray actors (decoded from the
-    first coded embeddings to arrive). ``fedvs/responder_counts``: how often each decoded."""
-
-    RUNTIMES = ("local", "ray")
+    RUNTIMES = ("local", "ray", "grpc")
     PARTY_INTERFACE = FedVSParties
+    PARTY_CALLS = "fedvs"
+    PARTY_SETTINGS = ("_target_", "name", "strategy", *CODE_SETTINGS, "dp")
     PER_PARTY_MESSAGES = False
     CODED_MESSAGES = True  # the server decodes only the sum of the coded shares
 

@@ -9,8 +9,19 @@ from collections.abc import Sequence
 
 import torch
 
-from vfl_lightning.mechanisms.field import DEFAULT_PRIME, quantize
+from vfl_lightning.mechanisms.field import DEFAULT_PRIME, quantize, random_field, to_field
 from vfl_lightning.mechanisms.lcc import LagrangeCode, QuantizationBudget, check_no_wraparound
+
+CODE_SETTINGS = ("K", "T", "l_x", "l_w", "prime", "weight_bound")
+"""The public code parameters (``algo`` settings) every client builds its codec from."""
+
+
+def segment_rows(idx: torch.Tensor, segment: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions, rows) of evaluation samples ``idx`` in K segments of ``segment`` rows: the
+    sorted distinct positions i mod S to code, and where sample i sits in the decoded average,
+    whose row k * len(positions) + j is sample k * S + positions[j] (segment-major)."""
+    positions, where = torch.unique(idx % segment, return_inverse=True)
+    return positions, (idx // segment) * len(positions) + where
 
 
 def data_bound(features: torch.Tensor) -> float:
@@ -121,6 +132,30 @@ class FedVSCodec:
             weight.detach(), self.l_w, self.prime, stochastic=True, generator=generator
         )
         return self.code.encode_model(quantized, generator=generator).to(self.storage_dtype)
+
+    def stacked_model_shares(
+        self, weight: torch.Tensor, *, generator: torch.Generator, offset: int, rows: int
+    ) -> torch.Tensor:
+        """One client's (N, F_n, h) model shares exactly as :meth:`share_models` makes its rows
+        of the all-client stack (``rows`` rows, this client's from ``offset``) from the same
+        ``generator`` state: the draws of the whole stack are made and this client's taken.
+        A party process reproduces the local simulation with it (``seeds: derived``)."""
+        count, width = weight.shape
+        scaled = weight.detach().double() * float(2**self.l_w)
+        draw = torch.rand((rows, width), generator=generator, dtype=torch.float64)[
+            offset : offset + count
+        ]
+        low = torch.floor(scaled)
+        quantized = to_field(low + (draw < scaled - low).to(scaled.dtype), self.prime)
+        masks = random_field((self.T, rows * width), self.prime, generator)
+        own = masks[:, offset * width : (offset + count) * width]
+        return self.code.encode_model(quantized, masks=own).to(self.storage_dtype)
+
+    def skip_model_draws(self, rows: int, width: int, generator: torch.Generator) -> None:
+        """Advance ``generator`` past one round of :meth:`share_models` of a (``rows``,
+        ``width``) stack, drawing what it draws."""
+        torch.rand((rows, width), generator=generator, dtype=torch.float64)
+        random_field((self.T, rows * width), self.prime, generator)
 
     def share_models(
         self, weights: Sequence[torch.Tensor], *, generator: torch.Generator | None = None

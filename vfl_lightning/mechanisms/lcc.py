@@ -208,15 +208,21 @@ class LagrangeCode:
         return shares.reshape(self.num_clients, *segments.shape[1:])
 
     def encode_model(
-        self, weights: torch.Tensor, *, generator: torch.Generator | None = None
+        self,
+        weights: torch.Tensor,
+        *,
+        generator: torch.Generator | None = None,
+        masks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Shares G_n(alpha_1..alpha_N) of one client's quantized model (eq. 4; lines 15-17).
 
         ``weights``: quantized model (any shape). Returns (N, *shape): share n' = Wbar sum_{k<=K}
-        a[n', k] + sum_t a[n', K+t] V_t with T fresh uniform masks V_t.
+        a[n', k] + sum_t a[n', K+t] V_t with T fresh uniform masks V_t (drawn from ``generator``,
+        or ``masks``, (T, numel) field elements, when given).
         """
         device = weights.device
-        masks = random_field((self.T, weights.numel()), self.prime, generator, device=device)
+        if masks is None:
+            masks = random_field((self.T, weights.numel()), self.prime, generator, device=device)
         coefficients = self.encoder.to(device)
         # One fused pass per term, reduced in place: (N, numel) is the largest tensor of a round.
         shares = self.model_weights.to(device)[:, None] * weights.reshape(1, -1)

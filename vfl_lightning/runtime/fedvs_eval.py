@@ -6,17 +6,9 @@ from __future__ import annotations
 import ray
 import torch
 
-from vfl_lightning.mechanisms.fedvs import data_bound
+from vfl_lightning.mechanisms.fedvs import data_bound, segment_rows
 from vfl_lightning.mechanisms.field import field_matmul
 from vfl_lightning.mechanisms.lcc import check_no_wraparound
-
-
-def segment_rows(idx: torch.Tensor, segment: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(positions, rows) of evaluation samples ``idx`` in K segments of ``segment`` rows: the
-    sorted distinct positions i mod S to code, and where sample i sits in the decoded average,
-    whose row k * len(positions) + j is sample k * S + positions[j] (segment-major)."""
-    positions, where = torch.unique(idx % segment, return_inverse=True)
-    return positions, (idx // segment) * len(positions) + where
 
 
 def start_coded_evaluation(actor) -> None:

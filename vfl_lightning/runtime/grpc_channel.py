@@ -317,6 +317,7 @@ class PartyStream:
         self.expected: deque[str] = deque()
         self.arrivals = arrivals
         self.broken: Exception | None = None
+        self.skipping = 0
         self.responses = channel.session_method(iter(self.requests.get, END))
         self.reader = threading.Thread(target=self.read, daemon=True)
         self.reader.start()
@@ -346,7 +347,14 @@ class PartyStream:
             self.expected.append(method)
         self.requests.put(data)
 
+    def skip(self) -> None:
+        """The oldest unanswered reply is not needed: :meth:`reply` discards it when it comes."""
+        self.skipping += 1
+
     def reply(self) -> dict:
+        while self.skipping:
+            self.skipping -= 1
+            self.reply()
         if self.broken is not None:
             raise self.broken
         method = self.expected[0] if self.expected else "reply"

@@ -32,5 +32,38 @@ SESSION: dict[str, tuple[dict[str, str], dict[str, str] | None]] = {
     "ApplyGradient": ({"gradient": "list", "fresh": "bool", "mu": "float"}, None),
     "SetAnchor": ({}, None),
     "SetLrFactor": ({"factor": "float"}, None),
+    # ------------------------------------------------------------------ the asynchronous family
+    "InitialEmbeddings": ({"chunk": "int"}, {"embedding": "tensor"}),
+    "EmbedRows": ({"idx": "tensor"}, {"embedding": "tensor"}),
+    "ClientMessage": (
+        {"idx": "tensor", "zoo": "bool", "stream": "tensor?"},
+        {"embedding": "tensor", "perturbed": "tensor?", "stream": "tensor?"},
+    ),
+    "Answer": ({"answer": "tensor"}, None),
+    # ------------------------------------------------------------------ FedVS (shares: sealed)
+    "PowerInfo": (
+        {},
+        {"features": "int", "width": "int", "degree": "int", "raw": "int", "bound": "float"},
+    ),
+    "ShareData": ({}, {"bits": "int", "shares": "list"}),
+    "CollectData": ({"shares": "list"}, None),
+    "ShareModel": (
+        {"exchange": "int", "stream": "tensor?", "offset": "int", "rows": "int"},
+        {"shares": "list"},
+    ),
+    "CodedEmbedding": (
+        {"exchange": "int", "positions": "tensor", "shares": "list"},
+        {"coded": "list"},
+    ),
+    "Update": ({"idx": "tensor", "gradient": "list"}, None),
+    "PlainEmbedding": ({"exchange": "int", "idx": "tensor"}, {"embedding": "tensor"}),
+    "UpdatePlain": ({"exchange": "int", "gradient": "list", "used": "int"}, None),
+    "ShareEvalData": ({"stage": "str"}, {"segment": "int", "bound": "float", "shares": "list"}),
+    "CollectEvalData": ({"stage": "str", "shares": "list"}, None),
+    "ShareEvalModel": ({"stage": "str", "exchange": "int"}, {"shares": "list"}),
+    "CodedEvalEmbedding": (
+        {"stage": "str", "exchange": "int", "positions": "tensor", "shares": "list"},
+        {"coded": "list"},
+    ),
 }
 """method -> (request fields, reply fields or None) of the calls on a session's stream."""
