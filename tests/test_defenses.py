@@ -104,3 +104,17 @@ def test_each_defense_trains_and_is_recorded(make_cfg, defense):
     assert defended["defense/name"] == defense[0].split("=")[1]
     assert defended["model_digest"] != plain["model_digest"]
     assert defended["val/acc"] > 0.15  # chance: 0.1
+
+
+def test_a_sparsified_gradient_is_counted_in_its_top_k_form(make_cfg):
+    """Under gradient sparsification the server sends each party the kept entries only (their
+    packed indices and float32 values): the ledger counts that form, not the dense tensor."""
+    common = ["algo=splitnn", "trainer.max_epochs=1", "trainer.limit_train_batches=10", *SHORT]
+    plain = train(make_cfg(*common))
+    sparse = train(make_cfg(*common, "defense=gradient_sparsification"))
+    assert sparse["comm/uplink_mb"] == plain["comm/uplink_mb"]
+    # splitnn on digits: 4 parties, batch 32, width 16 -> 512 entries, 52 kept at 32 + 9 bits
+    rounds = sparse["comm/rounds"]
+    assert rounds == 10
+    assert plain["comm/downlink_mb"] == rounds * 4 * 512 * 32 / 8e6
+    assert sparse["comm/downlink_mb"] == pytest.approx(rounds * 4 * 52 * 41 / 8e6)

@@ -200,6 +200,8 @@ def test_an_actor_updates_through_the_party_it_wraps(make_cfg, tmp_path):
     import copy
 
     from vfl_lightning.algorithms.party import Party
+    from vfl_lightning.wire.codecs import Codec
+    from vfl_lightning.wire.frames import encode_frame
 
     party = actors(make_cfg, tmp_path, "algo=fedpbcd")[0]
     assert isinstance(party.own, Party)
@@ -213,7 +215,8 @@ def test_an_actor_updates_through_the_party_it_wraps(make_cfg, tmp_path):
     alone.keep(x, alone.forward(x))
     assert torch.equal(message, alone.h.detach())
     gradient = torch.randn_like(message)
+    framed = encode_frame({"gradient": Codec().encode(gradient)})  # its downlink form
     for fresh in (False, True):
-        party.apply_gradient(gradient, fresh, 0.1)
+        party.apply_gradient(framed, fresh, 0.1)
         alone.apply_gradient(gradient, fresh=fresh, mu=0.1)
     assert party.party_digest() == alone.digest() != start

@@ -187,6 +187,22 @@ def test_ray_equals_local_for_the_sync_family(make_cfg, ray_session, algo):
     assert ledger(ray_cfg) == ledger(local_cfg)
 
 
+@pytest.mark.slow
+def test_a_sparsified_gradient_crosses_ray_in_its_top_k_form(make_cfg, ray_session):
+    """defense=gradient_sparsification: each actor receives the kept entries (a frame of packed
+    indices and float32 values) and decodes them itself; the run is the local one."""
+    common = ["algo=npq", *TWO_PARTIES, "trainer.max_epochs=1", "trainer.limit_train_batches=6"]
+    common += ["defense=gradient_sparsification"]
+    local = train(make_cfg(*common))
+    remote = train(make_cfg(*common, "runtime=ray", "runtime.party_seeds=derived"))
+    assert remote["model_digest"] == local["model_digest"]
+    assert remote["comm/downlink_mb"] == local["comm/downlink_mb"]
+    # 6 rounds x 2 parties: float32 embeddings up (32 x 16), 52 of 512 gradient entries down
+    dense_down = 6 * 2 * 32 * 16 * 4 / 1e6
+    assert remote["comm/downlink_mb"] < 0.2 * dense_down
+    assert remote["comm/serialized_mb"] < remote["comm/uplink_mb"] + 0.5 * dense_down
+
+
 # ----------------------------------------------------------------- faults and resume
 @pytest.mark.slow
 def test_dead_actor_stops_in_one_line_and_the_checkpoint_resumes_to_the_straight_run(

@@ -135,7 +135,7 @@ def party_seeds(cfg: DictConfig) -> str:
         raise ConfigError(f"runtime.party_seeds must be one of {PARTY_SEEDS}, got {value!r}")
     if value == "private" and not runtime_class(cfg).PRIVATE_SEEDS:
         raise ConfigError(
-            f"runtime.party_seeds=private needs runtime=ray (runtime={runtime_name(cfg)} "
+            f"runtime.party_seeds=private needs runtime=ray or grpc (runtime={runtime_name(cfg)} "
             "simulates every party in one process from the run's seed: its party seeds are "
             "always derived)"
         )

@@ -88,6 +88,7 @@ def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
         ledger=module.wire.ledger,
         round_fn=lambda: module.wire.ledger.rounds,
         device_fn=lambda: module.device,
+        codec_fn=lambda: module.wire.downlink_codec,
     )
     if module.mechanism.uses_pair_masks:
         module.mechanism.set_pair_seeds({})

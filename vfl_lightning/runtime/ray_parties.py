@@ -21,6 +21,8 @@ from vfl_lightning.runtime.party_state import load_party_state, save_party_state
 from vfl_lightning.runtime.party_trust import PartyKeys, PartyTrust
 from vfl_lightning.runtime.ray_async import AsyncPartyMethods, AsyncRayMethods
 from vfl_lightning.runtime.transport import serialized_bytes, wire_dtype
+from vfl_lightning.wire.codecs import Codec, decode_form
+from vfl_lightning.wire.frames import FrameError, decode_frame, encode_frame
 
 RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "resources")
 SPLITS = ("train", "val", "test")
@@ -145,8 +147,17 @@ class SyncPartyActor(PartyActor):
     besides the common calls, the backward of its last training message, FedPBCD's anchor and
     the FedBCD family's learning-rate schedule."""
 
-    def apply_gradient(self, gradient: torch.Tensor, fresh: bool, mu: float) -> None:
-        self.own.apply_gradient(gradient.to(self.device), fresh=fresh, mu=mu)
+    def apply_gradient(self, gradient: bytes, fresh: bool, mu: float) -> None:
+        """Decode the gradient's downlink form (a frame: float32, or a sparsified gradient's
+        top-k entries) in this process, then the update."""
+        try:
+            form = decode_frame(gradient, {"gradient": "list"}, "gradient")["gradient"]
+            decoded = decode_form(form, ("dense", "topk"))
+        except FrameError as error:
+            raise PermissionError(
+                f"party {self.party} refuses a malformed gradient: {error}"
+            ) from None
+        self.own.apply_gradient(decoded.to(self.device), fresh=fresh, mu=mu)
 
     def set_anchor(self) -> None:
         self.own.set_anchor()
@@ -192,7 +203,9 @@ class RayParties(AsyncRayMethods, Parties):
     counted in ``ledger.serialized_bytes`` as Ray serializes it. ``trust``
     (:class:`~vfl_lightning.runtime.party_trust.PartyTrust`) goes to every actor; the key
     agreement is bound to a fresh run id (:meth:`exchange_keys`). ``asynchronous``: the parties
-    are :class:`AsyncPartyActor` (the asynchronous family), else :class:`SyncPartyActor`."""
+    are :class:`AsyncPartyActor` (the asynchronous family), else :class:`SyncPartyActor`.
+    Gradients cross in their downlink codec's form (``codec_fn``: the wire's), a frame the actor
+    decodes."""
 
     name = "ray"
 
@@ -208,8 +221,10 @@ class RayParties(AsyncRayMethods, Parties):
         ledger=None,
         round_fn: Callable[[], int] = lambda: 0,
         device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
+        codec_fn: Callable[[], Codec] = Codec,
     ) -> None:
         self.factory = factory
+        self.codec_fn = codec_fn
         self.time_scale = float(time_scale)
         self.trust = trust
         self.run = trust.run
@@ -306,7 +321,10 @@ class RayParties(AsyncRayMethods, Parties):
         update, and every call checks the submitted updates first (:meth:`settle`). A round
         costs one request/reply exchange with each actor instead of two."""
         self.settle()
-        payloads = [g.detach().to("cpu") for g in gradients]
+        codec = self.codec_fn()
+        payloads = [
+            encode_frame({"gradient": codec.encode(g.detach().to("cpu"))}) for g in gradients
+        ]
         if self.ledger is not None:
             self.ledger.record_serialized(sum(serialized_bytes(g) for g in payloads))
         for party, (actor, gradient) in enumerate(zip(self.actors, payloads, strict=True)):
