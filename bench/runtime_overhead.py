@@ -16,11 +16,18 @@ rate includes the wait for the R-th coded embedding (about 0.2-0.4 simulated s a
     python bench/runtime_overhead.py --algos npq --parties 4 --rounds 400
     python bench/runtime_overhead.py --algos cascade
     python bench/runtime_overhead.py --algos fedvs --time-scale 0.01
+    python bench/runtime_overhead.py --runtime grpc --json grpc.json   # npq, pbm over gRPC
+
+``--runtime grpc`` starts one party program per party (``python -m vfl_lightning.party serve``,
+127.0.0.1, a development CA, derived seeds) and times the same protocol steps against them; its
+table has no echo columns. ``--json FILE`` writes, per algo, ``local_rps``, ``runtime_rps`` and
+``slowdown`` (local_rps / runtime_rps).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -29,7 +36,6 @@ import time
 from pathlib import Path
 
 import lightning as L
-import ray
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +45,8 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 from conftest import compose_config  # noqa: E402
 
 from vfl_lightning import lightning_speedups  # noqa: E402
-from vfl_lightning.train import attach_ray_parties, build  # noqa: E402
+from vfl_lightning.run.runtimes import make_runtime  # noqa: E402
+from vfl_lightning.train import build  # noqa: E402
 
 lightning_speedups.use(True)  # as train() does by default (lightning_speedups=true)
 
@@ -85,25 +92,37 @@ FEDVS_PARTIES = 8
 """``experiment=fedvs_digits``'s clients."""
 
 
-def run_overrides(algo: str, runtime: str, parties: int, time_scale: float) -> list[str]:
+def protocol_overrides(algo: str, parties: int) -> list[str]:
+    """The run's protocol and data (what every party program's configuration holds too)."""
     if algo in FEDVS_ALGOS:
-        return [
-            "experiment=fedvs_digits",
-            f"algo={algo}",
-            "algo.max_simulated_s=null",
-            f"runtime={runtime}",
-            *([f"runtime.time_scale={time_scale}"] if runtime == "ray" else []),
-        ]
+        return ["experiment=fedvs_digits", f"algo={algo}", "algo.max_simulated_s=null"]
     return [
         f"algo={algo}",
-        f"runtime={runtime}",
         f"data.num_parties={parties}",
         "data.partition=quadrants" if parties == 4 else "data.partition=even",
     ]
 
 
+def run_overrides(
+    algo: str, runtime: str, parties: int, time_scale: float, server: list[str]
+) -> list[str]:
+    """The server's overrides: the protocol's, and the runtime's (``server``: how to reach the
+    party programs under gRPC)."""
+    overrides = [*protocol_overrides(algo, parties), f"runtime={runtime}"]
+    if runtime == "ray" and algo in FEDVS_ALGOS:
+        overrides += [f"runtime.time_scale={time_scale}"]
+    return overrides + (server if runtime == "grpc" else [])
+
+
 def time_run(
-    algo: str, runtime: str, parties: int, rounds: int, warmup: int, out: Path, time_scale: float
+    algo: str,
+    runtime: str,
+    parties: int,
+    rounds: int,
+    warmup: int,
+    out: Path,
+    time_scale: float,
+    server: list[str] = (),
 ):
     """(median seconds per round, median seconds inside party calls per round) over the timed
     protocol steps; a round is a server update (``global_step``)."""
@@ -111,7 +130,7 @@ def time_run(
     steps = (rounds + warmup) * (parties if algo in CLIENT_PASSES else 1)
     cfg = compose_config(
         out / f"{algo}-{runtime}",
-        *run_overrides(algo, runtime, parties, time_scale),
+        *run_overrides(algo, runtime, parties, time_scale, list(server)),
         f"trainer.max_steps={steps}",
         "trainer.max_epochs=-1",
         "trainer.limit_val_batches=0",
@@ -120,9 +139,10 @@ def time_run(
         "test=false",
     )
     L.seed_everything(0)
-    datamodule, module = build(cfg)
-    if runtime == "ray":
-        attach_ray_parties(cfg, module)
+    handle = make_runtime(cfg)
+    handle.start(cfg)
+    datamodule, module = build(cfg, handle)
+    handle.attach(cfg, module)
     round_s: list[float] = []
     party_s: list[float] = [0.0]
     side = module.party_side
@@ -171,10 +191,13 @@ def time_run(
         trainer.fit(module, datamodule=datamodule)
     finally:
         module.party_side.close()
+        handle.stop()
     return statistics.median(round_s[warmup:]), statistics.median(party_s[1:][warmup:])
 
 
 def time_echo(parties: int, rounds: int, warmup: int, width: int, batch: int, dtype):
+    import ray
+
     """Median seconds of a bare synchronous round: M no-op actors, message up, gradient down,
     as ``RayParties`` does it (the gradient submitted without waiting, its ack checked after the
     next round's messages are requested)."""
@@ -199,6 +222,8 @@ def time_echo(parties: int, rounds: int, warmup: int, width: int, batch: int, dt
 def time_async_echo(parties: int, rounds: int, warmup: int, shape, dtype, answer_size: int):
     """Median seconds per server iteration of a bare asynchronous batch: M no-op actors, one
     query each (c and c_hat of ``shape``), taken in arrival order, an answer submitted to each."""
+    import ray
+
     actors = [ray.remote(Echo).options(num_cpus=0).remote() for _ in range(parties)]
     idx = torch.arange(shape[1])
     answer = torch.zeros(answer_size, dtype=torch.float64)
@@ -234,41 +259,82 @@ def echo_round(algo: str, parties: int, rounds: int, warmup: int) -> tuple[int, 
     return parties, 32, time_echo(parties, rounds, warmup, 16, 32, dtype)
 
 
+def grpc_parties(algo: str, parties: int, out: Path):
+    """M party programs for ``algo`` (started), as the tests start them."""
+    from grpc_parties import make_deployment
+
+    deployment = make_deployment(out / f"{algo}-parties", protocol_overrides(algo, parties))
+    deployment.start()
+    return deployment
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", default=["npq", "pbm"])
+    parser.add_argument("--runtime", choices=("ray", "grpc"), default="ray")
     parser.add_argument("--parties", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--time-scale", type=float, default=0.01, help="FedVS: runtime.time_scale")
+    parser.add_argument("--json", type=Path, help="write local_rps, runtime_rps, slowdown per algo")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+    ray_runtime = args.runtime == "ray"
+    if ray_runtime:
+        import ray
+
+        ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for algo in args.algos:
             timing = (args.parties, args.rounds, args.warmup, Path(tmp), args.time_scale)
             local, _ = time_run(algo, "local", *timing)
-            remote, waiting = time_run(algo, "ray", *timing)
-            parties, batch, echo = echo_round(algo, args.parties, args.rounds, args.warmup)
+            echo = None
+            if ray_runtime:
+                remote, waiting = time_run(algo, "ray", *timing)
+                parties, batch, echo = echo_round(algo, args.parties, args.rounds, args.warmup)
+            else:
+                deployment = grpc_parties(algo, args.parties, Path(tmp))
+                try:
+                    server = deployment.server_overrides()
+                    remote, waiting = time_run(algo, "grpc", *timing, server=server)
+                finally:
+                    deployment.stop()
+                parties = len(deployment.parties)
+                batch = 64 if algo in FEDVS_ALGOS else 32
             rows.append((algo, parties, batch, local, remote, waiting, echo))
-    ray.shutdown()
+    if ray_runtime:
+        ray.shutdown()
+    name = args.runtime
     header = (
-        f"{'algo':12} {'M':>2} {'batch':>5} {'local r/s':>10} {'ray r/s':>8} {'ray/local':>9} "
-        f"{'party calls':>11} {'echo ms':>8} {'echo share':>10}"
+        f"{'algo':12} {'M':>2} {'batch':>5} {'local r/s':>10} {name + ' r/s':>9} "
+        f"{name + '/local':>10} {'party calls':>11}"
     )
     print(
         f"digits; medians of {args.rounds} protocol steps (a round: a server update); FedVS "
         f"time_scale {args.time_scale}"
     )
-    print(header)
+    print(header + (f" {'echo ms':>8} {'echo share':>10}" if ray_runtime else ""))
+    results = {}
     for algo, parties, batch, local, remote, waiting, echo in rows:
-        print(
-            f"{algo:12} {parties:2d} {batch:5d} {1 / local:10.1f} {1 / remote:8.1f} "
-            f"{remote / local:9.2f} {waiting / remote:11.0%} {echo * 1e3:8.2f} "
-            f"{echo / remote:10.0%}"
+        line = (
+            f"{algo:12} {parties:2d} {batch:5d} {1 / local:10.1f} {1 / remote:9.1f} "
+            f"{remote / local:10.2f} {waiting / remote:11.0%}"
         )
+        if echo is not None:
+            line += f" {echo * 1e3:8.2f} {echo / remote:10.0%}"
+        print(line)
+        results[algo] = {
+            "local_rps": 1 / local,
+            "runtime_rps": 1 / remote,
+            "slowdown": remote / local,
+            "runtime": name,
+            "parties": parties,
+            "batch": batch,
+        }
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -61,7 +61,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--n-jobs", type=int, default=2, help="hydra.launcher.n_jobs of joblib")
-    parser.add_argument("--with-threads", type=int, default=None, help="also basic + torch_threads=N")
+    parser.add_argument(
+        "--with-threads", type=int, default=None, help="also basic + torch_threads=N"
+    )
     args = parser.parse_args()
 
     seeds = "seed=" + ",".join(str(s) for s in range(args.seeds))
@@ -89,7 +91,10 @@ def main() -> None:
                 wall, cpu = run_sweep(overrides, sweep_dir)
                 walls[name].append(wall)
                 busy[name].append(cpu / wall)
-                print(f"repeat {repeat}: {name}: {wall:.1f} s, {cpu / wall:.2f} cores busy", flush=True)
+                print(
+                    f"repeat {repeat}: {name}: {wall:.1f} s, {cpu / wall:.2f} cores busy",
+                    flush=True,
+                )
 
     base = statistics.median(walls["basic (sequential)"])
     print(f"\n{args.seeds} seeds of {' '.join(args.workload)}, medians of {args.repeats}:")
