@@ -86,8 +86,8 @@ def main() -> None:
     busy: dict[str, list[float]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory(prefix="sweep_parallel_") as tmp:
         for repeat in range(args.repeats):
-            for name, overrides in variants.items():
-                sweep_dir = Path(tmp) / f"{repeat}_{len(walls[name])}_{name.split()[0]}"
+            for number, (name, overrides) in enumerate(variants.items()):
+                sweep_dir = Path(tmp) / f"repeat{repeat}_variant{number}"
                 wall, cpu = run_sweep(overrides, sweep_dir)
                 walls[name].append(wall)
                 busy[name].append(cpu / wall)
