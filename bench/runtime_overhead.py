@@ -20,7 +20,8 @@ rate includes the wait for the R-th coded embedding (about 0.2-0.4 simulated s a
 
 ``--runtime grpc`` starts one party program per party (``python -m vfl_lightning.party serve``,
 127.0.0.1, a development CA, derived seeds) and times the same protocol steps against them; its
-table has no echo columns. ``--json FILE`` writes, per algo, ``local_rps``, ``runtime_rps`` and
+echo is M no-op party programs over mutual TLS, one stream each (a 60-byte request answered with
+500 bytes, and a 2 KB message without reply, per party and round). ``--json FILE`` writes, per algo, ``local_rps``, ``runtime_rps`` and
 ``slowdown`` (local_rps / runtime_rps).
 """
 
@@ -259,6 +260,86 @@ def echo_round(algo: str, parties: int, rounds: int, warmup: int) -> tuple[int, 
     return parties, 32, time_echo(parties, rounds, warmup, 16, 32, dtype)
 
 
+def serve_echo(folder: Path, party: int) -> None:
+    """A no-op party program for the gRPC echo: over mutual TLS with party ``party``'s
+    certificate, one stream that answers every message starting with ``r`` with 500 bytes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    from vfl_lightning.mechanisms.certificates import Credentials
+    from vfl_lightning.runtime.grpc_channel import OPTIONS
+
+    files = (folder / "ca.pem", folder / f"party_{party}.pem", folder / f"party_{party}.key")
+    own = Credentials.from_files(*files, settings=("ca", "cert", "key"))
+
+    def echo(requests, context):
+        for request in requests:
+            if request[:1] == b"r":
+                yield bytes(500)
+
+    handler = grpc.method_handlers_generic_handler(
+        "Echo", {"Stream": grpc.stream_stream_rpc_method_handler(echo)}
+    )
+    server = grpc.server(ThreadPoolExecutor(max_workers=4), options=OPTIONS)
+    server.add_generic_rpc_handlers((handler,))
+    tls = grpc.ssl_server_credentials([(own.key, own.certificate)], own.ca, True)
+    port = server.add_secure_port("127.0.0.1:0", tls)
+    server.start()
+    (folder / f"port_{party}").write_text(str(port))
+    server.wait_for_termination()
+
+
+def time_grpc_echo(parties: int, rounds: int, warmup: int, out: Path) -> float:
+    """Median seconds of a bare gRPC round: M no-op party programs over mutual TLS, each sent a
+    60-byte request (answered with 500 bytes) and a 2 KB message without reply, as a pbm round's
+    messages are."""
+    import queue
+    import subprocess
+
+    import grpc
+
+    from vfl_lightning.mechanisms.certificates import Credentials, party_name, write_development_ca
+    from vfl_lightning.runtime.grpc_channel import OPTIONS
+
+    folder = out / "echo"
+    write_development_ca(folder, parties)
+    command = [sys.executable, __file__, "--serve-echo", str(folder)]
+    programs = [subprocess.Popen([*command, str(m)]) for m in range(parties)]
+    try:
+        while not all((folder / f"port_{m}").exists() for m in range(parties)):
+            time.sleep(0.1)
+        files = (folder / "ca.pem", folder / "server.pem", folder / "server.key")
+        own = Credentials.from_files(*files, settings=("ca", "cert", "key"))
+        streams = []
+        for m in range(parties):
+            tls = grpc.ssl_channel_credentials(own.ca, own.key, own.certificate)
+            options = [*OPTIONS, ("grpc.ssl_target_name_override", party_name(m))]
+            address = f"127.0.0.1:{(folder / f'port_{m}').read_text()}"
+            channel = grpc.secure_channel(address, tls, options=options)
+            requests: queue.Queue = queue.Queue()
+            streams.append(
+                (requests, channel.stream_stream("/Echo/Stream")(iter(requests.get, None)))
+            )
+        times = []
+        for _ in range(rounds + warmup):
+            start = time.perf_counter()
+            for requests, _ in streams:
+                requests.put(b"r" + bytes(60))
+            for _, replies in streams:
+                next(replies)
+            for requests, _ in streams:
+                requests.put(b"n" + bytes(2048))
+            times.append(time.perf_counter() - start)
+        for requests, _ in streams:
+            requests.put(None)
+        return statistics.median(times[warmup:])
+    finally:
+        for program in programs:
+            program.kill()
+            program.wait()
+
+
 def grpc_parties(algo: str, parties: int, out: Path):
     """M party programs for ``algo`` (started), as the tests start them."""
     from grpc_parties import make_deployment
@@ -269,6 +350,9 @@ def grpc_parties(algo: str, parties: int, out: Path):
 
 
 def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve-echo":
+        serve_echo(Path(sys.argv[2]), int(sys.argv[3]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", default=["npq", "pbm"])
     parser.add_argument("--runtime", choices=("ray", "grpc"), default="ray")
@@ -303,6 +387,7 @@ def main() -> None:
                     deployment.stop()
                 parties = len(deployment.parties)
                 batch = 64 if algo in FEDVS_ALGOS else 32
+                echo = time_grpc_echo(parties, args.rounds, args.warmup, Path(tmp) / algo)
             rows.append((algo, parties, batch, local, remote, waiting, echo))
     if ray_runtime:
         ray.shutdown()
@@ -315,7 +400,7 @@ def main() -> None:
         f"digits; medians of {args.rounds} protocol steps (a round: a server update); FedVS "
         f"time_scale {args.time_scale}"
     )
-    print(header + (f" {'echo ms':>8} {'echo share':>10}" if ray_runtime else ""))
+    print(header + f" {'echo ms':>8} {'echo share':>10}")
     results = {}
     for algo, parties, batch, local, remote, waiting, echo in rows:
         line = (
@@ -332,6 +417,7 @@ def main() -> None:
             "runtime": name,
             "parties": parties,
             "batch": batch,
+            "echo_ms": echo * 1e3,
         }
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
