@@ -53,3 +53,31 @@ def test_ddp_refuses_the_subclass_in_one_line(make_cfg):
     check_data_parallel(cfg, OptedIn)
     with pytest.raises(ConfigError, match=r"^algo=npq cannot run data-parallel"):
         check_data_parallel(cfg, Rewired)
+
+
+class HalfKept(SyncVFL):
+    """A protocol that sends each party only the larger half of its gradient's entries, and
+    says so with its own downlink codec."""
+
+    def downlink_codec(self):
+        from vfl_lightning.wire.codecs import TopKCodec
+
+        return TopKCodec(0.5)
+
+    def send_gradients(self, fused_grad):
+        from vfl_lightning.privacy.defenses.gradient import sparsify
+
+        gradients = self.mechanism.party_gradients(fused_grad, self.widths)
+        return self.wire.downlink([sparsify(g, keep_fraction=0.5) for g in gradients])
+
+
+def test_a_protocol_provides_its_own_downlink_codec(make_cfg):
+    """The wire counts a protocol's gradients in the form its codec sends them."""
+    from vfl_lightning.train import train
+
+    common = ["algo=npq", "trainer.max_epochs=1", "trainer.limit_train_batches=3", "test=false"]
+    plain = train(make_cfg(*common))
+    halved = train(make_cfg(*common, "algo._target_=test_capabilities.HalfKept"))
+    # 3 rounds, 4 parties, 32 x 16 gradients: 256 kept entries at 32 + 9 bits instead of 512 x 32
+    assert plain["comm/downlink_mb"] == 3 * 4 * 512 * 32 / 8e6
+    assert halved["comm/downlink_mb"] == 3 * 4 * 256 * 41 / 8e6

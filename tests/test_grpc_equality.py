@@ -23,8 +23,9 @@ SHORT = ["trainer.max_epochs=2", "trainer.limit_train_batches=6", "trainer.limit
         ["algo=fedbcd", "trainer.max_steps=60"],
         ["experiment=cascade_digits"],
         ["experiment=fedvs_digits"],
+        ["algo=npq", "data.active_party=true"],
     ],
-    ids=["npq", "splitnn", "fedbcd", "cascade", "fedvs"],
+    ids=["npq", "splitnn", "fedbcd", "cascade", "fedvs", "active_party"],
 )
 def test_grpc_with_derived_seeds_is_the_local_run(tmp_path, overrides):
     local, remote, _ = run_both(tmp_path, [*overrides, *SHORT])
