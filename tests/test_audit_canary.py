@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import RAY_TWO_PARTIES as TWO_PARTIES
+from conftest import resume_against_straight
 
 from vfl_lightning.data import VerticalDataModule
 from vfl_lightning.errors import ConfigError
@@ -145,6 +146,26 @@ def test_canaries_never_released_are_reported(make_cfg, caplog):
     assert few["audit/canary/guesses"] == 0 and few["audit/canary/guess_acc"] is None
     assert few["audit/canary/eps_lower"] == 0.0 and few["audit/canary/released"] < 20
     assert "audited canaries were released in training" in caplog.text
+
+
+def test_resumed_audit_equals_the_uninterrupted_one(make_cfg):
+    """Three epochs straight, or one and a resume to three: what the auditor observed (every
+    canary's summed releases and their count) is in the checkpoint, so both audits are one."""
+    common = [
+        "algo=pbm",
+        "audit=[canary,canary_sample]",
+        "trainer.limit_val_batches=1",
+        "test=false",
+    ]
+    straight, resumed, results = resume_against_straight(make_cfg, common, epochs=3, first=1)
+    keys = [k for k in straight["callbacks"] if k.startswith("CanaryAudit")]
+    assert len(keys) == 2  # one state per audit
+    for key in keys:
+        assert torch.equal(straight["callbacks"][key]["sums"], resumed["callbacks"][key]["sums"])
+        assert torch.equal(
+            straight["callbacks"][key]["counts"], resumed["callbacks"][key]["counts"]
+        )
+    assert results["audit/canary/releases"] == 3 and results["audit/canary/released"] == 160
 
 
 @pytest.mark.slow

@@ -88,6 +88,9 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     PARTY_ANSWERS = "gradients"
     """What the server sends a party back: ``gradients`` (dL/dh_m) or ``losses`` (zeroth-order
     clients get loss values only); :attr:`party_answers` reads it per instance."""
+    RELEASE_CANARIES = False
+    """Whether every training release goes through :meth:`Parties.send`, where a party puts an
+    audit's message canaries into what it releases (``audit=canary_message``)."""
     CODED_MESSAGES = False
     """Whether the parties send coded shares that the server decodes only as an aggregate (FedVS),
     rather than embeddings (plain, noisy or under pairwise masks)."""

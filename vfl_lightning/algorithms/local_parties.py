@@ -13,6 +13,7 @@ from torch import nn
 
 from vfl_lightning.algorithms.parties import Parties, PartyGenerators, ServerStreams
 from vfl_lightning.algorithms.party import Party, PartyOptimization, step_one, update_parties
+from vfl_lightning.algorithms.release_canaries import release_canaries
 from vfl_lightning.models.batched import GroupedParties, groupable
 from vfl_lightning.optim import step_together, zero_together
 from vfl_lightning.parallel.rows import RowShares
@@ -110,10 +111,22 @@ class LocalParties(Parties):
             for party, x, h in zip(self.members, xs, embeddings, strict=False):
                 party.keep(x, h)
         detached = [h.detach() for h in embeddings]
+        if stage == "train":
+            detached = [
+                party.training_release(idx, h)
+                for party, h in zip(self.members, detached, strict=True)
+            ]
         if round is None:
             return detached
         generators = self.stage_generators(stage, detached[0].device)
         return self.mechanism.encode(detached, generator=generators, round=round)
+
+    def use_canaries(self, records, train_size: int) -> None:
+        """Give every party its message canaries from the data's canary ``records``
+        (:func:`~vfl_lightning.algorithms.release_canaries.release_canaries`); parties in their
+        own processes build theirs from the data they read."""
+        for m, party in enumerate(self.members):
+            party.canaries = release_canaries(records, m, self.mechanism, train_size)
 
     def clean_embeddings(self, xs):
         return self.embed(xs)

@@ -128,6 +128,7 @@ class Party:
         self.h: torch.Tensor | None = None
         self.query: ZooQuery | None = None
         self.zoo: ZooSettings | None = None
+        self.canaries: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     @property
     def optimization(self) -> PartyOptimization:
@@ -148,6 +149,12 @@ class Party:
         """Keep a training message's input ``x`` and the forward ``h`` it sent (with its gradient
         path) for the update its gradient brings."""
         self.x, self.h = x, h
+
+    def training_release(self, idx: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """What the party hands its mechanism of training rows ``idx``: the (detached) embedding,
+        with its message canaries' rows replaced (``canaries``, an audit's;
+        :mod:`~vfl_lightning.algorithms.release_canaries`)."""
+        return embedding if self.canaries is None else self.canaries(idx, embedding)
 
     def embedding(self, x: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
         """model(x) without gradient, ``chunk`` rows at a time (all at once when None)."""

@@ -4,7 +4,7 @@ mechanism. Picklable (plain dicts), so ``build`` and every Ray party actor use t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -27,12 +27,14 @@ def chosen_configs() -> dict:
 
 @dataclass
 class PartyKit:
-    """What one party holds: its feature slice of every split, its model, optimizer, mechanism."""
+    """What one party holds: its feature slice of every split, its model, optimizer, mechanism,
+    and the data's canary records (an audit's rows and coins, drawn from the run's seed)."""
 
     features: dict[str, torch.Tensor]
     model: nn.Module
     optimizer: torch.optim.Optimizer
     mechanism: object
+    canary_records: dict = field(default_factory=dict)
 
 
 class PartyFactory:
@@ -110,6 +112,11 @@ class PartyFactory:
         """Party ``party``'s columns of every split and every party's input shape: from its own
         party file alone (``data=party_files``), or from the built-in data module, whose other
         columns and labels are dropped before this returns."""
+        columns, shapes, _ = self.own_data(party)
+        return columns, shapes
+
+    def own_data(self, party: int) -> tuple[dict[str, torch.Tensor], list, dict]:
+        """:meth:`own_columns`, and the data's canary records (none for party files)."""
         if self.reads_party_files:
             from vfl_lightning.data.party_files import read_manifest, read_party_file
 
@@ -118,11 +125,12 @@ class PartyFactory:
             check_party_index(party, len(shapes))
             own = read_party_file(self.config["data"]["dir"], party)
             features = {stage: torch.from_numpy(x) for stage, x in own.features.items()}
-            return features, shapes
+            return features, shapes, {}
         datamodule = self.datamodule()
         shapes = datamodule.party_shapes
         check_party_index(party, len(shapes))
-        return {stage: split.xs[party] for stage, split in datamodule.splits.items()}, shapes
+        columns = {stage: split.xs[party] for stage, split in datamodule.splits.items()}
+        return columns, shapes, dict(datamodule.canary_records)
 
     def party_models(self, shapes) -> list[nn.Module]:
         """One party model per input shape, in party order."""
@@ -144,11 +152,12 @@ class PartyFactory:
         import lightning as L
 
         L.seed_everything(self.seed, workers=True, verbose=False)
-        columns, shapes = self.own_columns(party)
+        columns, shapes, records = self.own_data(party)
         features = {stage: x.to(device) for stage, x in columns.items()}
         model = self.party_models(shapes)[party].to(device)
         optimizer = self.optimizer()(model.parameters())
-        return PartyKit(features, model, optimizer, self.mechanism(len(shapes)))
+        mechanism = self.mechanism(len(shapes))
+        return PartyKit(features, model, optimizer, mechanism, records)
 
 
 def check_party_index(party: int, num_parties: int) -> None:

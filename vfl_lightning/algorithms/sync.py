@@ -42,6 +42,7 @@ class SyncVFL(VFLModule):
     SUPPORTS_ACTIVE_PARTY = True
     DATA_PARALLEL = True
     RUNTIMES = ("local", "ray", "grpc")
+    RELEASE_CANARIES = True
 
     # ------------------------------------------------------------- the exchange, in pieces
     def send_embeddings(self, xs: Sequence[torch.Tensor], idx: torch.Tensor) -> list[torch.Tensor]:

@@ -3,11 +3,14 @@ chosen by a fair coin, so that an auditor can be asked to guess the coins (plain
 
 ``data.canaries`` (set by an ``audit=`` config) maps an audit's name to its spec:
 ``level`` (``feature``: party ``party``'s features are audited; ``sample``: every party's on the
-wire), ``count`` (canaries). For each audit, in name order, ``count`` training rows not taken by
-an earlier audit are drawn; each gets a coin: the audited slices are set to the per-column
-minimum (coin 0) or maximum (coin 1) of the training split, every other slice (the server's own
-slice of an active label holder included) to the per-column training mean, so all canaries look
-alike except for the audited features. Labels are left as they are (independent of the coins).
+wire; ``message``: party ``party``'s training releases, see below), ``count`` (canaries). For each
+audit, in name order, ``count`` training rows not taken by an earlier audit are drawn; each gets a
+coin: the audited slices are set to the per-column minimum (coin 0) or maximum (coin 1) of the
+training split, every other slice (the server's own slice of an active label holder included) to
+the per-column training mean, so all canaries look alike except for the audited features. Labels
+are left as they are (independent of the coins). A ``message`` audit changes no feature: its
+party puts the coin into what it releases of those rows (the mechanism's worst-case input,
+:mod:`~vfl_lightning.algorithms.release_canaries`), so its rows may be every training row.
 Rows and coins come from the run's seed alone (stream ``canaries``), so every process that builds
 the data writes the same canaries: a Ray party actor into its own columns, the server's harness
 into its record of which rows are canaries and what their coins are.
@@ -22,7 +25,9 @@ import torch
 
 from vfl_lightning.seeding import derive_seed
 
-LEVELS = ("feature", "sample")
+DATA_LEVELS = ("feature", "sample")
+"""Canaries written into the features."""
+LEVELS = (*DATA_LEVELS, "message")
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class CanaryRecord:
     rows: torch.Tensor
     coins: torch.Tensor
     parties: tuple[int, ...]
+    level: str = "feature"
 
 
 def check_canary_spec(name: str, spec: Mapping, *, num_wire_parties: int) -> tuple[str, int, int]:
@@ -62,12 +68,20 @@ def place_canaries(
         name: check_canary_spec(name, specs[name], num_wire_parties=num_wire_parties)
         for name in sorted(specs)
     }
-    wanted = sum(count for _, count, _ in checked.values())
+    written = {name: c for name, c in checked.items() if c[0] in DATA_LEVELS}
+    wanted = sum(count for _, count, _ in written.values())
     if wanted > rows_total // 2:
-        keys = " or ".join(f"audit.{name}.count" for name in checked)
+        keys = " or ".join(f"audit.{name}.count" for name in written)
         raise ValueError(
             f"the audits' canaries ({wanted}) must be at most half of the {rows_total} training "
             f"samples: lower {keys}"
+        )
+    total = sum(count for _, count, _ in checked.values())
+    if total > rows_total:
+        keys = " or ".join(f"audit.{name}.count" for name in checked)
+        raise ValueError(
+            f"the audits' canaries ({total}) must be at most the {rows_total} training samples: "
+            f"lower {keys}"
         )
     flats = [x.view(rows_total, -1) for x in xs]
     low = [flat.amin(dim=0) for flat in flats]
@@ -80,11 +94,13 @@ def place_canaries(
         rows = order[start : start + count]
         start += count
         coins = torch.randint(0, 2, (count,), generator=generator)
-        parties = (party,) if level == "feature" else tuple(range(num_wire_parties))
+        parties = tuple(range(num_wire_parties)) if level == "sample" else (party,)
+        records[name] = CanaryRecord(rows, coins, parties, level)
+        if level not in DATA_LEVELS:
+            continue
         for m, flat in enumerate(flats):
             if m in parties:
                 flat[rows] = torch.where(coins[:, None].bool(), high[m], low[m])
             else:
                 flat[rows] = mean[m]
-        records[name] = CanaryRecord(rows, coins, parties)
     return records

@@ -147,6 +147,8 @@ class Mechanism(ABC):
     accounting: str | None = None
     """The privacy analysis of this mechanism (``pbm``, ``ldp``; None: no accounting), which the
     accountant applies to :meth:`parameters_state` (it never imports a mechanism)."""
+    clip_bound: float | None = None
+    """C: every released embedding element is clipped to [−C, C] first (None: nothing clipped)."""
 
     def __init__(self, num_parties: int, fusion: str = "sum", apply_at_eval: bool = True) -> None:
         if int(num_parties) < 1:
@@ -183,6 +185,16 @@ class Mechanism(ABC):
         ``encode(embeddings, generator=[..., generator, ...], round=round)[party]``. Default: the
         plain embedding (mechanisms that add noise or masks override it)."""
         return embedding.detach()
+
+    def neighbouring_extremes(self, coins: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """One party's inputs at the largest distance the privacy analysis allows, by coin: every
+        element +C (coin 1) or −C (coin 0), of ``shape`` per coin (float32, on ``coins``' device).
+        Its two values are the worst-case neighbours of a release (a message canary's input)."""
+        if self.clip_bound is None:
+            raise ValueError(f"{type(self).__name__} clips nothing: its inputs have no extremes")
+        sign = coins.to(torch.float32) * 2.0 - 1.0
+        extremes = sign.view(-1, *[1] * len(shape)) * float(self.clip_bound)
+        return extremes.expand(len(coins), *shape).contiguous()
 
     def set_pair_seeds(self, pair_seeds: dict[tuple[int, int], int]) -> None:
         """Hold exactly ``pair_seeds`` (pair -> seed) for secure aggregation: a party its own

@@ -85,6 +85,10 @@ class GaussianLDP(Mechanism):
 
     accounting = "ldp"
 
+    @property
+    def clip_bound(self) -> float:
+        return self.C
+
     def parameters_state(self) -> dict:
         return {"sigma": self.sigma, "C": self.C, "num_parties": self.num_parties}
 

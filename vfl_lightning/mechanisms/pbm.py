@@ -171,6 +171,10 @@ class PBM(Mechanism):
 
     accounting = "pbm"
 
+    @property
+    def clip_bound(self) -> float:
+        return self.C
+
     def parameters_state(self) -> dict:
         return {"b": self.b, "beta": self.beta, "C": self.C, "num_parties": self.num_parties}
 

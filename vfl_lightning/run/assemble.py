@@ -7,6 +7,7 @@ import lightning as L
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
+from vfl_lightning.algorithms.local_parties import LocalParties
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.checkpoints import AtomicCheckpointIO
 from vfl_lightning.errors import ConfigError
@@ -49,6 +50,9 @@ def build(cfg: DictConfig, runtime: LocalRuntime | None = None):
         party_widths=party_widths,
         **active,
     )
+    records = getattr(datamodule, "canary_records", {})
+    if records and isinstance(module.party_side, LocalParties):
+        module.party_side.use_canaries(records, len(datamodule.splits["train"]))
     return datamodule, module
 
 

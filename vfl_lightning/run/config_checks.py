@@ -153,8 +153,8 @@ def check_data_parallel(cfg: DictConfig, algo: type) -> None:
 
 def check_audit_data(cfg: DictConfig) -> None:
     """An ``audit=`` writes canaries into a built-in dataset, never into exported party files;
-    every configured callback with a ``check_protocol`` (the audits) checks the protocol class
-    here, before anything is built or Lightning prints a line."""
+    every configured callback with a ``check_protocol`` (the audits) checks the protocol and
+    mechanism classes here, before anything is built or Lightning prints a line."""
     from vfl_lightning.data.files_datamodule import PartyFilesDataModule
 
     audits = sorted(cfg.data.get("canaries") or {})
@@ -164,6 +164,7 @@ def check_audit_data(cfg: DictConfig) -> None:
             "data=party_files reads exported party files: audit a built-in dataset"
         )
     protocol = get_class(cfg.algo._target_)
+    mechanism = get_class(cfg.mechanism._target_)
     for callback in (cfg.get("callbacks") or {}).values():
         target = callback.get("_target_") if hasattr(callback, "get") else None
         if not target:
@@ -174,4 +175,4 @@ def check_audit_data(cfg: DictConfig) -> None:
             continue
         check = getattr(found, "check_protocol", None)
         if check is not None:
-            check(protocol, callback.get("name", target.rsplit(".", 1)[-1]))
+            check(protocol, callback.get("name", target.rsplit(".", 1)[-1]), mechanism)

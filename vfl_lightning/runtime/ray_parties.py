@@ -15,6 +15,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from vfl_lightning.algorithms.parties import Parties, PartyGenerators, private_seed
 from vfl_lightning.algorithms.party import Party
 from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.algorithms.release_canaries import release_canaries
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.mechanisms.identity import KeyAuthenticationError, SignedPublicKey
 from vfl_lightning.runtime.party_state import load_party_state, save_party_state
@@ -68,6 +69,9 @@ class PartyActor:
             factory.seed, self.party, self.device, party_seeds=trust.party_seeds
         )
         self.own = Party(self.party, kit.model, generators, kit.optimizer)
+        self.own.canaries = release_canaries(
+            kit.canary_records, self.party, self.mechanism, len(self.features["train"])
+        )
         if generators.private:
             torch.manual_seed(private_seed())
         self.keys = PartyKeys(trust, self.party)
@@ -103,7 +107,7 @@ class PartyActor:
         if training:
             h = self.own.forward(x)
             self.own.keep(x, h)
-            out = h.detach()
+            out = self.own.training_release(idx, h.detach())
         else:
             out = self.own.embedding(x)
         if round is not None:

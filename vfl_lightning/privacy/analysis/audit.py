@@ -128,6 +128,19 @@ def guess_counts(canaries: int, *, smallest: int = 10) -> list[int]:
     return counts
 
 
+def checked_guesses(scores: Sequence[float], coins: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(scores as float64, coins as int64): one score per canary, coins 0 or 1, or a ValueError."""
+    scores = np.asarray(scores, dtype=np.float64)
+    coins = np.asarray(coins, dtype=np.int64)
+    if scores.shape != coins.shape or scores.ndim != 1:
+        raise ValueError(
+            f"scores and coins must be 1-d of one length, got {scores.shape}, {coins.shape}"
+        )
+    if not np.isin(coins, (0, 1)).all():
+        raise ValueError("coins must be 0 or 1")
+    return scores, coins
+
+
 def canary_audit_bound(
     *,
     scores: Sequence[float],
@@ -147,14 +160,7 @@ def canary_audit_bound(
     the r that gave it, ``guess_acc`` (every non-abstained guess), ``n`` (canaries) and
     ``eps_lower_max`` (:func:`largest_lower_bound` at the corrected confidence).
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    coins = np.asarray(coins, dtype=np.int64)
-    if scores.shape != coins.shape or scores.ndim != 1:
-        raise ValueError(
-            f"scores and coins must be 1-d of one length, got {scores.shape}, {coins.shape}"
-        )
-    if not np.isin(coins, (0, 1)).all():
-        raise ValueError("coins must be 0 or 1")
+    scores, coins = checked_guesses(scores, coins)
     n = int(scores.size)
     _check_confidence(confidence)
     guessed = np.isfinite(scores)

@@ -1,6 +1,13 @@
 """Privacy audits: empirical lower bounds on ε from what a role observed, beside the accountant's ε
-(``audit=canary``, ``audit=canary_sample``)."""
+(``audit=canary``, ``audit=canary_sample``, ``audit=canary_message``)."""
 
 from vfl_lightning.privacy.audit.canary import CanaryAudit, CanaryAuditor, accountant_epsilon
+from vfl_lightning.privacy.audit.messages import MessageCanaryAudit, MessageCanaryAuditor
 
-__all__ = ["CanaryAudit", "CanaryAuditor", "accountant_epsilon"]
+__all__ = [
+    "CanaryAudit",
+    "CanaryAuditor",
+    "MessageCanaryAudit",
+    "MessageCanaryAuditor",
+    "accountant_epsilon",
+]

@@ -16,7 +16,7 @@ import lightning as L
 import numpy as np
 import torch
 
-from vfl_lightning.data.canaries import LEVELS
+from vfl_lightning.data.canaries import DATA_LEVELS
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.privacy.accountant import ANALYSES, composed_rdp
 from vfl_lightning.privacy.analysis import DEFAULT_ORDERS, rdp_to_dp
@@ -52,6 +52,19 @@ class CanaryAuditor:
         self.sums.index_add_(0, slots[hit], received)
         self.counts.index_add_(0, slots[hit], torch.ones_like(slots[hit]))
 
+    def state_dict(self) -> dict:
+        return {"sums": self.sums, "counts": self.counts.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        counts = state["counts"]
+        if counts.shape != self.counts.shape:
+            raise ValueError(
+                f"the checkpoint's audit observed {len(counts)} canaries, this run has "
+                f"{len(self.counts)}"
+            )
+        self.sums = None if state["sums"] is None else state["sums"].clone()
+        self.counts = counts.clone()
+
     def scores(self) -> np.ndarray:
         """One score per canary after the known ones (> 0: coin 1; NaN: never observed, or no
         guess at all while the known canaries observed so far do not show both coins)."""
@@ -83,7 +96,54 @@ def accountant_epsilon(
     return rdp_to_dp(orders=DEFAULT_ORDERS, rdp=rdp, delta=delta)[0]
 
 
-class CanaryAudit(L.Callback):
+def check_confidence_and_delta(name: str, confidence: float, delta: float) -> None:
+    """``audit.<name>.confidence`` and its δ, each in (0, 1), or one ValueError naming it."""
+    if not 0.0 < float(confidence) < 1.0:
+        raise ValueError(f"audit.{name}.confidence must be in (0, 1), got {confidence}")
+    if not 0.0 < float(delta) < 1.0:
+        raise ValueError(f"audit.{name}.delta must be in (0, 1), got {delta}")
+
+
+class AuditState:
+    """The checkpointed part of an audit callback: what its ``auditor`` observed so far (its
+    ``state_dict``), so a resumed audit equals the uninterrupted one; a checkpoint written
+    without it is refused in one line (the resumed audit would miss every earlier release)."""
+
+    name = ""
+    auditor = None
+    _pending_state: dict | None = None
+
+    @property
+    def state_key(self) -> str:
+        return L.Callback._generate_state_key(self, name=self.name)
+
+    def state_dict(self) -> dict:
+        if self.auditor is None:
+            return dict(self._pending_state or {})
+        return self.auditor.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if self.auditor is None:
+            self._pending_state = dict(state_dict)
+        else:
+            self.auditor.load_state_dict(state_dict)
+
+    def restore_pending(self) -> None:
+        """Hand the auditor built at setup a state loaded before it existed."""
+        if self._pending_state is not None:
+            self.auditor.load_state_dict(self._pending_state)
+            self._pending_state = None
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        if self.state_key not in checkpoint.get("callbacks", {}):
+            raise ConfigError(
+                f"audit={self.name}: the checkpoint holds no state of this audit (it was written "
+                "without it), so the resumed audit would miss the releases before it: resume "
+                f"without audit={self.name}, or start the run afresh"
+            )
+
+
+class CanaryAudit(AuditState, L.Callback):
     """The trusted harness of one canary audit ``name`` (its canaries are written into the data
     by ``data.canaries.<name>``, :mod:`~vfl_lightning.data.canaries`).
 
@@ -112,17 +172,14 @@ class CanaryAudit(L.Callback):
         confidence: float = 0.95,
         delta: float = 1e-5,
     ) -> None:
-        if level not in LEVELS:
-            raise ValueError(f"audit.{name} level must be one of {LEVELS}, got {level!r}")
+        if level not in DATA_LEVELS:
+            raise ValueError(f"audit.{name} level must be one of {DATA_LEVELS}, got {level!r}")
         if isinstance(known, bool) or not isinstance(known, int) or not 2 <= known <= count - 10:
             raise ValueError(
                 f"audit.{name}.known must be an integer in [2, count - 10] = [2, {count - 10}] "
                 f"(calibration canaries, leaving at least 10 audited), got {known!r}"
             )
-        if not 0.0 < float(confidence) < 1.0:
-            raise ValueError(f"audit.{name}.confidence must be in (0, 1), got {confidence}")
-        if not 0.0 < float(delta) < 1.0:
-            raise ValueError(f"audit.{name}.delta must be in (0, 1), got {delta}")
+        check_confidence_and_delta(name, confidence, delta)
         self.name, self.level = name, level
         self.count, self.known = int(count), int(known)
         self.confidence, self.delta = float(confidence), float(delta)
@@ -139,7 +196,7 @@ class CanaryAudit(L.Callback):
         raise ConfigError(f"audit={self.name}: {reason}")
 
     @classmethod
-    def check_protocol(cls, protocol: type, name: str) -> None:
+    def check_protocol(cls, protocol: type, name: str, mechanism: type | None = None) -> None:
         """Refuse, from the configuration alone (before anything is built), a protocol whose
         server never receives an embedding of a party: the FedVS family's coded messages."""
         if getattr(protocol, "CODED_MESSAGES", False):
@@ -173,6 +230,7 @@ class CanaryAudit(L.Callback):
             )
         train_size = len(trainer.datamodule.splits["train"])
         self.auditor = CanaryAuditor(record.rows, known_coins, train_size)
+        self.restore_pending()
         if self.recorder not in pl_module.wire.listeners:
             pl_module.wire.listeners.append(self.recorder)
 
