@@ -81,3 +81,19 @@ def test_plugin_runs_reach_the_report(runs, tmp_path):
     # noisy (no finite feature ε), so none of the recipe's per-mechanism figures is drawn
     assert "## PBM-VFL: accuracy, privacy, communication" in page
     assert not any(name.endswith("_acc_vs_epoch.png") for name in files)
+
+
+def test_plugin_attack_declares_its_headline(runs, tmp_path):
+    """The privacy recipe draws and tabulates the plugin attack by the metric it declares in
+    results.json (``attack/<name>/headline``), which no library file names."""
+    results = json.loads((runs[0] / "results.json").read_text())
+    assert results["attack/uplink_centroids/headline"] == {
+        "metric": "acc",
+        "label": "uplink-centroid label accuracy",
+    }
+    out = tmp_path / "report"
+    make_report([runs[0]], out, recipe="privacy", name="privacy", progress=False)
+    page = (out / "privacy.md").read_text()
+    assert "| group | defense | seeds | main acc | acc | DCS |" in page
+    row = next(line for line in page.splitlines() if line.startswith("| sign_downlink"))
+    assert row.split(" | ")[4].startswith(f"{results['attack/uplink_centroids/acc']:.3f}")

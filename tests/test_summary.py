@@ -58,3 +58,29 @@ def test_summary_lines():
     assert lines[-2:] == ["results: /tmp/run/results.json", "model_digest (local): ab"]
     never = run_summary({**results, "epoch_to_target": None}, "/tmp/run")
     assert "  target: val/auroc ≥ 0.97 not reached" in never.splitlines()
+
+
+def test_every_attack_and_audit_headline_is_printed(make_cfg, capsys):
+    """Each attack's and audit's declared headline metric, the audit's beside the accountant's
+    ε, in the summary."""
+    results = train(
+        make_cfg(
+            "algo=ldp",
+            "mechanism.sigma=8.0",
+            "attack=feature_reconstruction",
+            "audit=canary_message",
+            "audit.canary_message.count=200",
+            "trainer.max_epochs=1",
+            "callbacks.checkpoint=null",
+        )
+    )
+    out = capsys.readouterr().out.splitlines()
+    rel_mse = results["attack/feature_reconstruction/rel_mse"]
+    assert f"  attack feature_reconstruction: rel_mse {rel_mse:.4g}" in out
+    bound, accountant = (
+        results[f"audit/canary_message/{k}"] for k in ("eps_lower", "eps_accountant")
+    )
+    assert (
+        f"  audit canary_message: eps_lower {bound:.4g} (beside eps_accountant {accountant:.4g})"
+        in out
+    )

@@ -14,6 +14,8 @@ class UplinkCentroidAttack(WireAttack):
     name = "uplink_centroids"
     role = "eavesdropper"
     assumptions = "plain per-party uplink messages; labels of an auxiliary fraction of samples"
+    headline = "acc"
+    headline_label = "uplink-centroid label accuracy"
 
     def __init__(
         self,

@@ -1,6 +1,7 @@
-"""The ``privacy`` report recipe: every attack's performance against main-task accuracy (the
-privacy-utility frontier) per protocol and defense, reconstruction error against formal feature
-ε for PBM and LDP, and one table per attack with VFLAIR's defense capability score."""
+"""The ``privacy`` report recipe: every attack's headline metric (the one it declares in
+results.json, ``attack/<name>/headline``) against main-task accuracy (the privacy-utility
+frontier) per protocol and defense, reconstruction error against formal feature ε for PBM and
+LDP, and one table per attack with VFLAIR's defense capability score."""
 
 from __future__ import annotations
 
@@ -14,30 +15,33 @@ from vfl_lightning.report.document import Context, Panel, Section
 from vfl_lightning.report.markdown import table
 from vfl_lightning.report.runs import SYMBOLS, Group, ReportError
 
-METRICS = {
-    "feature_reconstruction": ("rel_mse", "reconstruction relative MSE (1 = learns nothing)"),
-    "norm_scoring": ("auc", "norm-scoring leak AUC (0.5 = no leak)"),
-    "direction_scoring": ("auc", "direction-scoring leak AUC (0.5 = no leak)"),
-    "model_completion": ("acc", "model-completion test accuracy"),
-    "label_inference": ("acc", "label-inference accuracy"),
-}
-"""Each attack's headline metric (``attack/<name>/<metric>``) and its axis label."""
 NOT_SETTINGS = ("attack", "defense", "trainer.", "callbacks.", "logger")
 """Override keys that do not name a protocol setting (shown elsewhere, or plumbing)."""
 
 
 def attack_names(groups: Sequence[Group]) -> list[str]:
-    """The attacks some run reports (``attack/<name>/performance``), in :data:`METRICS` order."""
-    found = {
-        key.split("/")[1]
-        for group in groups
-        for run in group.runs
-        for key in run.results
-        if key.startswith("attack/") and key.endswith("/performance")
-    }
+    """The attacks some run reports (``attack/<name>/performance``), by name."""
     return sorted(
-        found, key=lambda name: (list(METRICS).index(name) if name in METRICS else 99, name)
+        {
+            key.split("/")[1]
+            for group in groups
+            for run in group.runs
+            for key in run.results
+            if key.startswith("attack/") and key.endswith("/performance")
+        }
     )
+
+
+def headline(groups: Sequence[Group], name: str) -> tuple[str, str]:
+    """(metric, axis label) that attack ``name`` declared as its headline in its runs'
+    results.json (``attack/<name>/headline``); ``performance`` for runs that declared none."""
+    for group in groups:
+        for run in group.runs:
+            declared = run.results.get(f"attack/{name}/headline")
+            if isinstance(declared, dict) and declared.get("metric"):
+                metric = str(declared["metric"])
+                return metric, str(declared.get("label") or f"{name} {metric}")
+    return "performance", f"{name} performance"
 
 
 def main_metric(group: Group) -> str:
@@ -110,7 +114,7 @@ def setting_and_defense(group: Group) -> str:
 def frontier(groups: Sequence[Group], name: str, title: str):
     """Attack metric against main-task accuracy: one series (color) per protocol, each point
     annotated with its protocol setting and defense."""
-    key, ylabel = METRICS.get(name, ("performance", f"{name} performance"))
+    key, ylabel = headline(groups, name)
     attacked = [g for g in groups if summarize(g.values_of(f"attack/{name}/{key}")).count]
     series: dict[str, list] = {}
     for group in attacked:
@@ -150,7 +154,7 @@ def epsilon_figure(groups: Sequence[Group], title: str):
         series,
         f"{title}: feature reconstruction against formal ε",
         figures.label("privacy/feature_eps"),
-        METRICS["feature_reconstruction"][1],
+        headline(noisy, "feature_reconstruction")[1],
         log_x=True,
         lines=[("labels-only baseline", baseline)],
         connect=True,
@@ -158,7 +162,7 @@ def epsilon_figure(groups: Sequence[Group], title: str):
 
 
 def attack_table(groups: Sequence[Group], name: str) -> str:
-    key, _ = METRICS.get(name, ("performance", ""))
+    key, _ = headline(groups, name)
     rows = []
     for group in groups:
         values = summarize(group.values_of(f"attack/{name}/{key}"))
@@ -224,7 +228,7 @@ def privacy(ctx: Context) -> Section:
             f"{name}: attack performance against main-task accuracy",
         )
         section.tables.append(attack_table(groups, name))
-        key = METRICS.get(name, ("performance",))[0]
+        key = headline(groups, name)[0]
         section.panels.append(Panel("bar", f"{name} ({key})", [f"attack/{name}/{key}"]))
     section.add_figure(
         "reconstruction_vs_eps",

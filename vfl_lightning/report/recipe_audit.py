@@ -15,14 +15,25 @@ from vfl_lightning.report.figures import algo_color, new_figure, plain_log_axis
 from vfl_lightning.report.markdown import final_prefix, table
 from vfl_lightning.report.runs import Group
 
-AUDITS = ("canary", "canary_sample")
-WHAT = {"canary": "feature privacy", "canary_sample": "sample privacy"}
-
 
 def audits_of(groups: Sequence[Group]) -> list[str]:
-    """The audits some run of ``groups`` reports."""
+    """The audits some run of ``groups`` reports (``audit/<name>/eps_lower``), by name."""
     reported = {key for group in groups for run in group.runs for key in run.results}
-    return [name for name in AUDITS if f"audit/{name}/eps_lower" in reported]
+    return sorted(
+        key.split("/")[1]
+        for key in reported
+        if key.startswith("audit/") and key.endswith("/eps_lower")
+    )
+
+
+def what(groups: Sequence[Group], name: str) -> str:
+    """What audit ``name`` measures: the label of its declared headline, else its name."""
+    for group in groups:
+        for run in group.runs:
+            declared = run.results.get(f"audit/{name}/headline")
+            if isinstance(declared, dict) and declared.get("label"):
+                return str(declared["label"])
+    return name
 
 
 def accountant_values(group: Group, name: str) -> list[float]:
@@ -116,7 +127,7 @@ def audit(ctx: Context) -> Section:
     for name in names:
         section.add_figure(
             f"audit_{name}",
-            audit_figure(groups, name, f"{ctx.title}: audit={name} ({WHAT[name]})"),
+            audit_figure(groups, name, f"{ctx.title}: audit={name} ({what(groups, name)})"),
             f"audit={name}: the bound against the accountant's ε, per algo (colour) and setting "
             "(marker)",
         )

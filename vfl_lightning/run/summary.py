@@ -1,5 +1,6 @@
-"""The few lines a run prints when it ends: final metrics, privacy, communication, time, cost to
-target, where the results and the W&B run are, and the model digest (rank 0 only)."""
+"""The few lines a run prints when it ends: final metrics, privacy, every attack's and audit's
+headline, communication, time, cost to target, where the results and the W&B run are, and the
+model digest (rank 0 only)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,25 @@ def _privacy_line(results: dict) -> str | None:
     return line + f" at δ = {_number(results.get('privacy/delta'))}"
 
 
+def headline_lines(results: dict) -> list[str]:
+    """One line per attack and audit the run reported: its declared headline metric
+    (``attack/<name>/headline``, ``audit/<name>/headline``), and the one beside it if declared."""
+    lines = []
+    for key in sorted(results):
+        kind, _, rest = key.partition("/")
+        name, _, field = rest.rpartition("/")
+        headline = results[key]
+        if kind not in ("attack", "audit") or field != "headline" or not isinstance(headline, dict):
+            continue
+        metric = headline.get("metric")
+        line = f"  {kind} {name}: {metric} {_number(results.get(f'{kind}/{name}/{metric}'))}"
+        versus = headline.get("versus")
+        if versus:
+            line += f" (beside {versus} {_number(results.get(f'{kind}/{name}/{versus}'))})"
+        lines.append(line)
+    return lines
+
+
 def _target_line(results: dict) -> str | None:
     value = results.get("target_value")
     if value is None:
@@ -75,6 +95,7 @@ def run_summary(results: dict, output_dir: str | Path) -> str:
         _metrics_line(results, "val"),
         _metrics_line(results, "test"),
         _privacy_line(results),
+        *headline_lines(results),
         f"  communication: {_number(results.get('comm/total_mb'))} MB (uplink "
         f"{_number(results.get('comm/uplink_mb'))}, downlink "
         f"{_number(results.get('comm/downlink_mb'))})",

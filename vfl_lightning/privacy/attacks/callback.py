@@ -27,6 +27,8 @@ class LabelInferenceAttack(WireAttack):
 
     name = "label_inference"
     role = "party"
+    headline = "acc"
+    headline_label = "label-inference accuracy"
     assumptions = "a sum-fusion server whose party outputs have one entry per class"
 
     def __init__(self, party: int = 0, seed: int = 0, reference_metric: float | None = None):

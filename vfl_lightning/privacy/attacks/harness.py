@@ -22,6 +22,7 @@ class WireAttack(L.Callback, ABC):
     training labels) and the declared auxiliary knowledge. The adversary only ever receives its
     role's view (:mod:`~vfl_lightning.privacy.attacks.views`) and that auxiliary knowledge.
     Results: ``attack/<name>/<metric>``, ``attack/<name>/config`` (role and assumptions),
+    ``attack/<name>/headline`` (the metric that sums it up, :attr:`headline`, and its label),
     ``attack/<name>/baseline`` (AP*) and ``attack/<name>/dcs`` (see :meth:`dcs`). Subclasses set ``name``, ``role``, ``assumptions``,
     ``attack_baseline`` (AP*, the no-information value of ``performance``) and implement
     :meth:`check`, :meth:`observe_batch` and :meth:`evaluate`.
@@ -30,6 +31,11 @@ class WireAttack(L.Callback, ABC):
     name = ""
     role = ""
     assumptions = ""
+    headline = "performance"
+    """The metric that sums the attack up (a key of :meth:`evaluate`'s result): what reports draw
+    and the run's summary prints, ``attack/<name>/headline`` in results.json."""
+    headline_label = ""
+    """How a figure names the headline (its axis label); default: ``<name> <headline>``."""
 
     def __init__(self, seed: int = 0, reference_metric: float | None = None) -> None:
         if self.role not in ROLES:
@@ -133,6 +139,10 @@ class WireAttack(L.Callback, ABC):
             f"{prefix}/{key}": value for key, value in self.metrics.items() if key != "num_classes"
         }
         out[f"{prefix}/config"] = self.config()
+        out[f"{prefix}/headline"] = {
+            "metric": self.headline,
+            "label": self.headline_label or f"{self.name} {self.headline}",
+        }
         out[f"{prefix}/baseline"] = self.attack_baseline(num_classes)
         out[f"{prefix}/dcs"] = self.dcs(num_classes)
         return out

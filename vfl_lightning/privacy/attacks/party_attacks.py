@@ -117,12 +117,16 @@ class GradientScoringAttack(PartyAttack):
 
 class NormScoringAttack(GradientScoringAttack):
     name = "norm_scoring"
+    headline = "auc"
+    headline_label = "norm-scoring leak AUC (0.5 = no leak)"
     scoring = "norm"
     assumptions = "none beyond the party's own received gradients"
 
 
 class DirectionScoringAttack(GradientScoringAttack):
     name = "direction_scoring"
+    headline = "auc"
+    headline_label = "direction-scoring leak AUC (0.5 = no leak)"
     scoring = "direction"
     assumptions = "the label of one positive sample in every batch"
 
@@ -137,6 +141,8 @@ class ModelCompletionAttack(PartyAttack):
     """
 
     name = "model_completion"
+    headline = "acc"
+    headline_label = "model-completion test accuracy"
     assumptions = "labels of labels_per_class training samples per class"
 
     def __init__(

@@ -35,6 +35,8 @@ class FeatureReconstructionAttack(WireAttack):
 
     name = "feature_reconstruction"
     role = "server"
+    headline = "rel_mse"
+    headline_label = "reconstruction relative MSE (1 = learns nothing)"
     assumptions = "raw features of target_party for an aux_fraction of training samples"
 
     def __init__(

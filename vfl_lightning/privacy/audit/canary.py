@@ -128,6 +128,13 @@ class AuditState:
         else:
             self.auditor.load_state_dict(state_dict)
 
+    headline = "eps_lower"
+    """The metric that sums an audit up; printed and drawn beside ``eps_accountant``."""
+
+    def headline_result(self, label: str) -> dict:
+        """``audit/<name>/headline``: its metric, the metric to show beside it, and its label."""
+        return {"metric": self.headline, "versus": "eps_accountant", "label": label}
+
     def restore_pending(self) -> None:
         """Hand the auditor built at setup a state loaded before it existed."""
         if self._pending_state is not None:
@@ -302,6 +309,8 @@ class CanaryAudit(AuditState, L.Callback):
         every guess made), ``n`` (audited canaries), ``guesses`` and ``correct`` (of the number
         of guesses that gave the bound), ``eps_lower_max`` (the bound if every guess were right),
         ``releases`` (of the most-released audited canary), ``released`` (audited canaries
-        released at least once: the others are never guessed), ``known``, ``level``, ``parties``,
-        ``confidence``, ``delta``."""
-        return {f"audit/{self.name}/{key}": value for key, value in self.metrics.items()}
+        released at least once: the others are never guessed), ``headline``, ``known``, ``level``,
+        ``parties``, ``confidence``, ``delta``."""
+        label = f"{self.level} privacy (input canaries): lower bound on ε"
+        out = {f"audit/{self.name}/{key}": value for key, value in self.metrics.items()}
+        return out | {f"audit/{self.name}/headline": self.headline_result(label)}

@@ -259,5 +259,7 @@ class MessageCanaryAudit(AuditState, L.Callback):
         every canary released), ``n`` (canaries), ``guesses`` and ``correct``,
         ``eps_lower_max`` (the bound had every guess been right), ``strength_lower`` (the
         least private hypothesis rejected: μ for LDP, β for PBM) and ``family``, ``releases``,
-        ``released``, ``party``, ``confidence``, ``delta``, ``statistic``."""
-        return {f"audit/{self.name}/{key}": value for key, value in self.metrics.items()}
+        ``released``, ``party``, ``confidence``, ``delta``, ``statistic``, ``headline``."""
+        label = "feature privacy (message canaries): lower bound on ε"
+        out = {f"audit/{self.name}/{key}": value for key, value in self.metrics.items()}
+        return out | {f"audit/{self.name}/headline": self.headline_result(label)}
