@@ -66,17 +66,26 @@ def test_npq_without_noise_gives_the_largest_bound(make_cfg):
 def test_pbm_bound_stays_below_the_accountant(make_cfg, monkeypatch):
     """One epoch of PBM: each canary is released once; the accountant's ε for that release is the
     run's own feature ε after one epoch (every sample released once), and the bound is below it.
-    The auditor is handed server views only."""
-    seen = []
-    observe = CanaryAuditor.observe
+    The auditor is handed what the server's view holds and nothing else."""
+    views, seen = [], []
+    observe, view_of = CanaryAuditor.observe, CanaryAudit.server_view
 
-    def spy(self, view):
-        seen.append(type(view))
-        observe(self, view)
+    def view_spy(self, idx, labels, num_parties):
+        views.append(view_of(self, idx, labels, num_parties))
+        return views[-1]
 
+    def spy(self, idx, received):
+        seen.append((idx, received))
+        observe(self, idx, received)
+
+    monkeypatch.setattr(CanaryAudit, "server_view", view_spy)
     monkeypatch.setattr(CanaryAuditor, "observe", spy)
     results = train(make_cfg("algo=pbm", "audit=[canary,canary_sample]", *SHORT))
-    assert seen and set(seen) == {ServerView}
+    assert seen and all(isinstance(view, ServerView) for view in views)
+    assert all(
+        idx is view.idx and received is view.received
+        for (idx, received), view in zip(seen, views, strict=True)
+    )
     for name in ("canary", "canary_sample"):
         assert results[f"audit/{name}/releases"] == 1
         assert 0.0 <= results[f"audit/{name}/eps_lower"] <= results[f"audit/{name}/eps_accountant"]

@@ -164,3 +164,16 @@ def test_ray_parties_place_their_own_canaries(make_cfg, ray_session):
     assert remote["model_digest"] == local["model_digest"]
     for key in ("eps_lower", "eps_accountant", "guess_acc", "guesses", "correct", "releases"):
         assert remote[f"audit/canary_message/{key}"] == local[f"audit/canary_message/{key}"], key
+
+
+def test_audit_ldp_tight_is_one_point_of_the_frontier(make_cfg):
+    """experiment=audit_ldp_tight: the accountant's ε is between 2 and 10 (4.75: μ = 1 over 4
+    epochs), the bound stays below the canaries' true ε (4.38) and reaches half the accountant's
+    (measured 3.18). The canaries' releases are ±C plus the party's Gaussian noise, whatever the
+    models compute, so the bound is the same on every machine."""
+    results = train(make_cfg("experiment=audit_ldp_tight", "test=false"))
+    accountant = results["audit/canary_message/eps_accountant"]
+    assert 2.0 <= accountant <= 10.0 and accountant == pytest.approx(4.7527, abs=1e-3)
+    assert results["audit/canary_message/n"] == 9000
+    truth = GaussianFamily().epsilon(1.0, 1e-5)
+    assert 0.5 * accountant <= results["audit/canary_message/eps_lower"] <= truth

@@ -17,7 +17,7 @@ from vfl_lightning.run.schema import META_KEYS, target_parameters
 from vfl_lightning.train import train
 
 EXPERIMENTS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
-QUICK = {"pbm_search", "npq_breast_cancer"} | {
+QUICK = {"pbm_search", "npq_breast_cancer", "audit_ldp_tight"} | {
     e for e in EXPERIMENTS if e.endswith(("_digits", "_breast_cancer"))
 }
 PAPERS = [e for e in EXPERIMENTS if e not in QUICK]

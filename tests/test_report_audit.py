@@ -37,9 +37,18 @@ def test_audit_recipe_tables_and_figures():
         line.split(" | ")[0].strip("| "): line.split(" | ")
         for line in section.tables[0].splitlines()
     }
-    assert rows["pbm"][4:6] == ["37 ± 0", "1.50 ± 0.71"]
-    assert rows["npq"][4:6] == ["∞", "3.50"]
+    assert rows["pbm"][4:7] == ["37 ± 0", "1.50 ± 0.71", "0.04 ± 0.02"]
+    assert rows["npq"][4:7] == ["∞", "3.50", "–"]
     assert choose_recipe(runs) == "audit"
+
+
+def test_audit_recipe_reads_every_audit_from_the_results():
+    """No list of audits: an audit the library does not know is drawn and tabulated by name."""
+    runs = [run("pbm", 0, 1.0, 2.0)]
+    runs[0].results |= {"audit/mine/eps_lower": 0.5, "audit/mine/eps_accountant": 4.0}
+    section = audit(Context(runs, group_runs(runs), "epoch", "val/acc", "digits"))
+    assert [stem for stem, _, _ in section.figures] == ["audit_canary", "audit_mine"]
+    assert "| mine: bound / accountant |" in section.tables[0]
 
 
 def test_audit_recipe_needs_audited_runs():

@@ -8,7 +8,9 @@ audit, in name order, ``count`` training rows not taken by an earlier audit are 
 coin: the audited slices are set to the per-column minimum (coin 0) or maximum (coin 1) of the
 training split, every other slice (the server's own slice of an active label holder included) to
 the per-column training mean, so all canaries look alike except for the audited features. Labels
-are left as they are (independent of the coins). A ``message`` audit changes no feature: its
+are left as they are (independent of the coins). A ``label`` audit changes only labels: its
+rows' training label is its coin, class 0 or 1 (:func:`place_label_canaries`, every other
+feature untouched). A ``message`` audit changes no feature: its
 party puts the coin into what it releases of those rows (the mechanism's worst-case input,
 :mod:`~vfl_lightning.algorithms.release_canaries`), so its rows may be every training row.
 Rows and coins come from the run's seed alone (stream ``canaries``), so every process that builds
@@ -27,7 +29,9 @@ from vfl_lightning.seeding import derive_seed
 
 DATA_LEVELS = ("feature", "sample")
 """Canaries written into the features."""
-LEVELS = (*DATA_LEVELS, "message")
+LEVELS = (*DATA_LEVELS, "label", "message")
+WRITTEN_LEVELS = (*DATA_LEVELS, "label")
+"""Canaries that change the training data (features or labels): at most half of the rows."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ def place_canaries(
         name: check_canary_spec(name, specs[name], num_wire_parties=num_wire_parties)
         for name in sorted(specs)
     }
-    written = {name: c for name, c in checked.items() if c[0] in DATA_LEVELS}
+    written = {name: c for name, c in checked.items() if c[0] in WRITTEN_LEVELS}
     wanted = sum(count for _, count, _ in written.values())
     if wanted > rows_total // 2:
         keys = " or ".join(f"audit.{name}.count" for name in written)
@@ -94,7 +98,7 @@ def place_canaries(
         rows = order[start : start + count]
         start += count
         coins = torch.randint(0, 2, (count,), generator=generator)
-        parties = tuple(range(num_wire_parties)) if level == "sample" else (party,)
+        parties = {"sample": tuple(range(num_wire_parties)), "label": ()}.get(level, (party,))
         records[name] = CanaryRecord(rows, coins, parties, level)
         if level not in DATA_LEVELS:
             continue
@@ -104,3 +108,11 @@ def place_canaries(
             else:
                 flat[rows] = mean[m]
     return records
+
+
+def place_label_canaries(labels: torch.Tensor, records: Mapping[str, CanaryRecord]) -> None:
+    """Set the training ``labels`` (in place) of every ``label`` audit's rows to their coins:
+    class 0 or 1, two neighbouring labels of any task."""
+    for record in records.values():
+        if record.level == "label":
+            labels[record.rows] = record.coins.to(labels.dtype)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from vfl_lightning.data.canaries import CanaryRecord, place_canaries
+from vfl_lightning.data.canaries import CanaryRecord, place_canaries, place_label_canaries
 from vfl_lightning.data.datasets import load_dataset
 from vfl_lightning.data.partition import PartySlice, make_partition
 from vfl_lightning.data.raw import RawDataset, binary_view
@@ -196,6 +196,7 @@ class VerticalDataModule(L.LightningDataModule):
                 seed=self.seed,
                 num_wire_parties=len(self.party_shapes),
             )
+            place_label_canaries(self.splits["train"].y, self.canary_records)
         self._prepared = True
 
     def _split_indices(self, raw: RawDataset) -> dict[str, np.ndarray]:

@@ -1,5 +1,6 @@
 """The privacy-audit recipe: the accountant's ε against the audit's empirical lower bound, per
-protocol and setting (PBM's (b, β), LDP, the defenses), one figure per audit and one table."""
+protocol and setting (PBM's (b, β), LDP, the defenses), one figure per audit (the frontier, with
+every seed) and one table with the bound's share of the accountant's ε."""
 
 from __future__ import annotations
 
@@ -45,6 +46,16 @@ def accountant_values(group: Group, name: str) -> list[float]:
     return values
 
 
+def ratios(group: Group, name: str) -> list[float]:
+    """Each run's bound over its accountant's ε (finite accountant ε only)."""
+    out = []
+    for run, accountant in zip(group.runs, accountant_values(group, name), strict=True):
+        bound = run.value(f"audit/{name}/eps_lower")
+        if bound is not None and math.isfinite(accountant) and accountant > 0:
+            out.append(bound / accountant)
+    return out
+
+
 def setting(group: Group) -> str:
     """What distinguishes a group besides its algo: its overrides, or "default"."""
     shown = group.label.split(" ", 1)
@@ -52,10 +63,10 @@ def setting(group: Group) -> str:
 
 
 def audit_figure(groups: Sequence[Group], name: str, title: str):
-    """The bound (mean ± std over seeds) against the accountant's ε (log scale), one colour per
-    algo and one marker per setting; the diagonal (bound = accountant) and the largest bound the
-    audit's canaries allow. Releases without noise (accountant ε = ∞) are drawn at the right
-    edge."""
+    """The bound (each seed a small dot, mean ± std over seeds) against the accountant's ε (log
+    scale), one colour per algo and one marker per setting; the diagonal (bound = accountant),
+    half of it, and the largest bound the audit's canaries allow. Releases without noise
+    (accountant ε = ∞) are drawn at the right edge."""
     fig, (ax,) = new_figure(title)
     finite = [e for g in groups for e in accountant_values(g, name) if math.isfinite(e)]
     right = max(finite, default=10.0) * 3
@@ -72,6 +83,16 @@ def audit_figure(groups: Sequence[Group], name: str, title: str):
         marker = shapes.setdefault(setting(group), MARKERS[len(shapes) % len(MARKERS)])
         color = algo_color(group)
         ax.errorbar(x, bound.mean, yerr=bound.std, fmt=marker, color=color, capsize=3)
+        for run_eps, run_bound in zip(eps, group.values_of(f"audit/{name}/eps_lower"), strict=True):
+            if math.isfinite(run_bound):
+                ax.plot(
+                    right if math.isinf(run_eps) else run_eps,
+                    run_bound,
+                    ".",
+                    color=color,
+                    markersize=3,
+                    alpha=0.6,
+                )
         handles.setdefault(
             group.algo, Line2D([], [], color=color, marker="o", linestyle="", label=group.algo)
         )
@@ -85,11 +106,13 @@ def audit_figure(groups: Sequence[Group], name: str, title: str):
     low = min([*finite, 0.1]) / 2
     diagonal = [low * 1.1**k for k in range(int(math.log(right / low) / math.log(1.1)) + 2)]
     ax.plot(diagonal, diagonal, color="black", linewidth=1)
+    ax.plot(diagonal, [d / 2 for d in diagonal], color="black", linewidth=1, linestyle="--")
     if cap.count:
         ax.axhline(cap.mean, color="black", linestyle=":", linewidth=1)
     entries = [
         *handles.values(),
         Line2D([], [], color="black", linewidth=1, label="bound = accountant's ε"),
+        Line2D([], [], color="black", linewidth=1, linestyle="--", label="half the accountant's ε"),
         Line2D(
             [],
             [],
@@ -102,7 +125,7 @@ def audit_figure(groups: Sequence[Group], name: str, title: str):
     plain_log_axis(ax, "x")
     ax.set_ylim(-0.03 * max(top, 0.5), max(top, 0.5))
     ax.set_xlabel("accountant's ε for the audited releases (right edge: no noise, ε = ∞)")
-    ax.set_ylabel("empirical lower bound on ε (95 %)")
+    ax.set_ylabel("empirical lower bound on ε (95 %; dots: seeds)")
     ax.legend(
         handles=entries, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False
     )
@@ -114,12 +137,15 @@ def audit(ctx: Context) -> Section:
     """Formal ε against empirical ε for every audit present, and one table of both."""
     section = Section(
         "Privacy audit: the accountant's ε against an empirical lower bound",
-        "Each run audits from the server's view (docs/audit.md): canaries whose audited "
-        "features take one of two values by a fair coin; the server guesses the coins from what "
-        "it received. The bound is the one-run lower bound at 95 % confidence and the "
-        "accountant's δ; the accountant's ε is for exactly the canaries' releases. The true ε "
-        "of those releases lies between the two. No bound can exceed the audit's eps_lower_max, "
-        "the bound if every guess were right (3.29 for 120 audited canaries, 3.52 for 160).",
+        "Each run audits (docs/audit.md): canaries whose audited value (a party's raw "
+        "features, its clipped embedding for canary_message, the label for canary_label) takes "
+        "one of two values by a fair coin; the auditor (the server, or a passive party for "
+        "canary_label) guesses the coins from what it received. The bound holds at 95 % "
+        "confidence and the accountant's δ: the one-run bound of Steinke, Nasr and Jagielski "
+        "for input canaries, the f-DP one-run bound of Mahloujifar, Melis and Chaudhuri for "
+        "canary_message and canary_label. The accountant's ε is for exactly the canaries' "
+        "releases; the true ε of those releases lies between the two. No bound can exceed the "
+        "audit's eps_lower_max, the bound if every guess were right.",
     )
     groups = ordered(ctx.groups, "pbm")
     prefix = final_prefix(ctx.runs)
@@ -133,7 +159,13 @@ def audit(ctx: Context) -> Section:
         )
     header = ["algo", "setting", "seeds", f"{prefix} acc"]
     for name in names:
-        header += [f"{name}: accountant ε", f"{name}: bound", f"{name}: guess acc", f"{name}: n"]
+        header += [
+            f"{name}: accountant ε",
+            f"{name}: bound",
+            f"{name}: bound / accountant",
+            f"{name}: guess acc",
+            f"{name}: n",
+        ]
     rows = []
     for group in groups:
         row = [
@@ -152,6 +184,7 @@ def audit(ctx: Context) -> Section:
             row += [
                 shown,
                 summarize(group.values_of(f"audit/{name}/eps_lower")).text(2),
+                summarize(ratios(group, name)).text(2),
                 summarize(group.values_of(f"audit/{name}/guess_acc")).text(3),
                 summarize(group.values_of(f"audit/{name}/n")).text(0),
             ]

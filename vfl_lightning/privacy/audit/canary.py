@@ -41,12 +41,13 @@ class CanaryAuditor:
         self.sums: torch.Tensor | None = None
         self.counts = torch.zeros(len(self.canary_ids), dtype=torch.int64)
 
-    def observe(self, view: ServerView) -> None:
-        slots = self.position[view.idx.detach().cpu()]
+    def observe(self, idx: torch.Tensor, received: torch.Tensor) -> None:
+        """What the auditor received of training rows ``idx`` (one row each) in one batch."""
+        slots = self.position[idx.detach().cpu()]
         hit = slots >= 0
         if not bool(hit.any()):
             return
-        received = view.received.detach().cpu().to(torch.float64)[hit]
+        received = received.detach().cpu().to(torch.float64).reshape(len(slots), -1)[hit]
         if self.sums is None:
             self.sums = torch.zeros(len(self.canary_ids), received.shape[1], dtype=torch.float64)
         self.sums.index_add_(0, slots[hit], received)
@@ -261,7 +262,7 @@ class CanaryAudit(AuditState, L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         view = self.server_view(batch[2], batch[1], pl_module.num_parties)
         if view is not None:
-            self.auditor.observe(view)
+            self.auditor.observe(view.idx, view.received)
         self.recorder.clear()
 
     def on_train_end(self, trainer, pl_module) -> None:

@@ -34,6 +34,9 @@ class Defense(L.Callback):
 
     is_defense = True
     name = ""
+    label_epsilon: float | None = None
+    """ε of the label-DP release every use of the training labels goes through (None: the
+    labels are used as they are); what ``audit=canary_label`` compares its bound with."""
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = int(seed)
@@ -203,6 +206,7 @@ class LabelDP(Defense):
         if not float(epsilon) > 0.0:
             raise ValueError(f"defense.epsilon must be > 0, got {epsilon}")
         self.epsilon = float(epsilon)
+        self.label_epsilon = self.epsilon
         self._true_labels: torch.Tensor | None = None
         self.flipped_fraction: float | None = None
 
