@@ -177,3 +177,27 @@ def test_audit_ldp_tight_is_one_point_of_the_frontier(make_cfg):
     assert results["audit/canary_message/n"] == 9000
     truth = GaussianFamily().epsilon(1.0, 1e-5)
     assert 0.5 * accountant <= results["audit/canary_message/eps_lower"] <= truth
+
+
+def test_runs_pool_into_one_multi_run_bound(make_cfg, tmp_path):
+    """Two seeds of one setting: each run writes its canaries' scores and coins beside
+    results.json; together they are one audit of twice the canaries (each coin in one run), still
+    below the canaries' true ε. Runs of another setting are not pooled."""
+    from pathlib import Path
+
+    from vfl_lightning.privacy.analysis.message_audit import pooled_bound, read_scores
+
+    cfgs = [make_cfg(*LDP, "trainer.max_epochs=2", f"seed={seed}", *SHORT) for seed in (0, 1)]
+    runs = [train(cfg) for cfg in cfgs]
+    paths = [Path(cfg.paths.output_dir) / "audit_canary_message.npz" for cfg in cfgs]
+    setting, scores, coins = read_scores(paths[0])
+    assert setting["accounting"] == "ldp" and setting["releases"] == 2 and len(scores) == 600
+    assert setting["eps_accountant"] == runs[0]["audit/canary_message/eps_accountant"]
+    pooled = pooled_bound(paths)
+    assert pooled["runs"] == 2 and pooled["n"] == 1200
+    exact = GaussianFamily().epsilon(2.0 * (16 * 2) ** 0.5 / 8.0, 1e-5)
+    assert 0.0 < pooled["eps_lower"] <= exact
+    other = make_cfg(*LDP, "trainer.max_epochs=1", *SHORT)
+    train(other)
+    with pytest.raises(ValueError, match=r"was audited with another setting \(releases\)"):
+        pooled_bound([paths[0], Path(other.paths.output_dir) / "audit_canary_message.npz"])

@@ -55,3 +55,43 @@ def test_audit_recipe_needs_audited_runs():
     plain = Run(Path("/runs/x"), {"algo": "pbm"}, [], {})
     with pytest.raises(ReportError, match=r"--recipe audit needs runs with an audit"):
         check_recipe("audit", [plain])
+
+
+def test_seeds_of_message_canaries_pool(tmp_path):
+    """Runs that wrote their canaries' scores: the table has their pooled (multi-run) bound."""
+    import numpy as np
+
+    from vfl_lightning.privacy.analysis.message_audit import write_scores
+
+    setting = {
+        "accounting": "ldp",
+        "C": 1.0,
+        "sigma": 8.0,
+        "width": 16,
+        "releases": 2,
+        "delta": 1e-5,
+        "confidence": 0.95,
+        "eps_accountant": 7.09,
+    }
+    rng = np.random.default_rng(0)
+    runs = []
+    for seed in (0, 1):
+        coins = rng.integers(0, 2, 500)
+        scores = (2 * coins - 1) * 1.41 / 2 + rng.standard_normal(500)
+        path = tmp_path / f"run{seed}"
+        path.mkdir()
+        write_scores(path / "audit_canary_message.npz", setting, scores, coins)
+        results = {
+            "algo": "ldp",
+            "seed": seed,
+            "audit/canary_message/eps_lower": 2.0,
+            "audit/canary_message/eps_accountant": 7.09,
+        }
+        runs.append(Run(path, results, [], {"algo": "ldp"}))
+    section = audit(Context(runs, group_runs(runs), "epoch", "val/acc", "synthetic"))
+    assert (
+        "| canary_message: pooled bound (runs) | canary_message: pooled / accountant |"
+        in (section.tables[0])
+    )
+    row = next(line for line in section.tables[0].splitlines() if line.startswith("| ldp"))
+    assert row.split(" | ")[4].endswith("(2)")

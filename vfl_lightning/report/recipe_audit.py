@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from matplotlib.lines import Line2D
 
+from vfl_lightning.privacy.analysis.message_audit import pooled_bound
 from vfl_lightning.report.aggregate import summarize
 from vfl_lightning.report.charts import MARKERS
 from vfl_lightning.report.document import Context, Panel, Section, ordered
@@ -54,6 +55,16 @@ def ratios(group: Group, name: str) -> list[float]:
         if bound is not None and math.isfinite(accountant) and accountant > 0:
             out.append(bound / accountant)
     return out
+
+
+def pooled(group: Group, name: str) -> dict | None:
+    """The multi-run bound of ``group``'s runs (seeds) together: their message canaries' scores
+    (``audit_<name>.npz`` beside results.json) pooled into one f-DP one-run bound; None unless
+    at least two runs wrote them."""
+    paths = [run.path / f"audit_{name}.npz" for run in group.runs]
+    if len(paths) < 2 or not all(path.is_file() for path in paths):
+        return None
+    return pooled_bound(paths)
 
 
 def setting(group: Group) -> str:
@@ -133,6 +144,14 @@ def audit_figure(groups: Sequence[Group], name: str, title: str):
     return fig
 
 
+def pooled_cells(bound: dict | None) -> list[str]:
+    """The table's pooled bound (with its number of runs) and its share of the accountant's ε."""
+    if bound is None:
+        return ["–", "–"]
+    share = bound["eps_lower"] / bound["eps_accountant"] if bound["eps_accountant"] else math.nan
+    return [f"{bound['eps_lower']:.2f} ({bound['runs']})", f"{share:.2f}"]
+
+
 def audit(ctx: Context) -> Section:
     """Formal ε against empirical ε for every audit present, and one table of both."""
     section = Section(
@@ -145,7 +164,9 @@ def audit(ctx: Context) -> Section:
         "for input canaries, the f-DP one-run bound of Mahloujifar, Melis and Chaudhuri for "
         "canary_message and canary_label. The accountant's ε is for exactly the canaries' "
         "releases; the true ε of those releases lies between the two. No bound can exceed the "
-        "audit's eps_lower_max, the bound if every guess were right.",
+        "audit's eps_lower_max, the bound if every guess were right. A pooled bound (message "
+        "canaries) is the multi-run audit of the group's seeds: their canaries together in one "
+        "f-DP bound (independent runs: each coin is in one run only).",
     )
     groups = ordered(ctx.groups, "pbm")
     prefix = final_prefix(ctx.runs)
@@ -158,7 +179,10 @@ def audit(ctx: Context) -> Section:
             "(marker)",
         )
     header = ["algo", "setting", "seeds", f"{prefix} acc"]
+    pools = {name: [pooled(group, name) for group in groups] for name in names}
     for name in names:
+        if any(pools[name]):
+            header += [f"{name}: pooled bound (runs)", f"{name}: pooled / accountant"]
         header += [
             f"{name}: accountant ε",
             f"{name}: bound",
@@ -167,7 +191,7 @@ def audit(ctx: Context) -> Section:
             f"{name}: n",
         ]
     rows = []
-    for group in groups:
+    for index, group in enumerate(groups):
         row = [
             group.algo,
             setting(group),
@@ -175,6 +199,8 @@ def audit(ctx: Context) -> Section:
             summarize(group.values_of(f"{prefix}/acc")).text(3),
         ]
         for name in names:
+            if any(pools[name]):
+                row += pooled_cells(pools[name][index])
             eps = accountant_values(group, name)
             shown = (
                 "∞"

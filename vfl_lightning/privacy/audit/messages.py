@@ -26,13 +26,11 @@ import numpy as np
 import torch
 
 from vfl_lightning.errors import ConfigError
-from vfl_lightning.privacy.analysis.fdp_audit import fdp_lower_bound, planned_guesses
+from vfl_lightning.privacy.analysis.message_audit import message_canary_bound, write_scores
 from vfl_lightning.privacy.analysis.release_scores import (
     gaussian_release_scores,
     pbm_release_scores,
 )
-from vfl_lightning.privacy.analysis.tradeoff import GaussianFamily, gaussian_mu
-from vfl_lightning.privacy.analysis.tradeoff_pbm import PBMFamily
 from vfl_lightning.privacy.attacks.views import BatchRecorder, server_view
 from vfl_lightning.privacy.audit.canary import (
     AuditState,
@@ -89,7 +87,10 @@ class MessageCanaryAudit(AuditState, L.Callback):
     ``count`` canaries (rows) of party ``party``; ``guesses``: how many of its most confident
     canaries the auditor guesses (None: planned before the run from the accountant's ε and the
     canaries released, :func:`~vfl_lightning.privacy.analysis.fdp_audit.planned_guesses`); the
-    bound holds at ``confidence`` and the accountant's ``delta``. Its state (every canary's score
+    bound holds at ``confidence`` and the accountant's ``delta``. ``scores_path``: where every
+    canary's score and coin are written with the audit's setting, so that runs of one setting pool
+    into a multi-run bound (:func:`~vfl_lightning.privacy.analysis.message_audit.pooled_bound`,
+    the audit report's ``pooled`` column). Its state (every canary's score
     so far) travels in the checkpoint, so a resumed audit equals the uninterrupted one; a
     checkpoint without it is refused. Results: ``audit/<name>/<key>`` (:meth:`results`).
     """
@@ -102,6 +103,7 @@ class MessageCanaryAudit(AuditState, L.Callback):
         confidence: float = 0.95,
         guesses: int | None = None,
         delta: float = 1e-5,
+        scores_path: str | None = None,
     ) -> None:
         if isinstance(count, bool) or not isinstance(count, int) or count < 10:
             raise ValueError(f"audit.{name}.count must be an integer >= 10, got {count!r}")
@@ -115,6 +117,7 @@ class MessageCanaryAudit(AuditState, L.Callback):
         check_confidence_and_delta(name, confidence, delta)
         self.name, self.count, self.party = name, int(count), int(party)
         self.confidence, self.delta, self.guesses = float(confidence), float(delta), guesses
+        self.scores_path = scores_path
         self.recorder = BatchRecorder()
         self.auditor: MessageCanaryAuditor | None = None
         self.coins: np.ndarray | None = None
@@ -194,20 +197,6 @@ class MessageCanaryAudit(AuditState, L.Callback):
         pl_module.wire.listeners.remove(self.recorder)
         self.metrics = self.evaluate()
 
-    def hypotheses(self, releases: int, accountant: float):
-        """(the family of trade-off functions tested, the μ of the Gaussian stand-in that plans
-        the guesses) for canaries released up to ``releases`` times."""
-        parameters = self._mechanism.parameters_state()
-        if self._mechanism.accounting == "ldp":
-            mu = 2.0 * parameters["C"] * (self._width * releases) ** 0.5 / parameters["sigma"]
-            return GaussianFamily(), mu
-        family = PBMFamily(
-            b=parameters["b"],
-            num_parties=parameters["num_parties"],
-            releases=self._width * releases,
-        )
-        return family, gaussian_mu(accountant, self.delta)
-
     def evaluate(self) -> dict:
         counts = self.auditor.counts
         releases, released = int(counts.max()), int((counts > 0).sum())
@@ -227,7 +216,22 @@ class MessageCanaryAudit(AuditState, L.Callback):
             releases=releases,
             delta=self.delta,
         )
+        parameters = self._mechanism.parameters_state()
         setting = {
+            "accounting": self._mechanism.accounting,
+            **{key: parameters.get(key) for key in ("C", "sigma", "b", "beta", "num_parties")},
+            "width": self._width,
+            "releases": releases,
+            "delta": self.delta,
+            "confidence": self.confidence,
+            "eps_accountant": accountant,
+        }
+        if self.scores_path is not None:
+            write_scores(self.scores_path, setting, self.auditor.scores(), self.coins)
+        bound = message_canary_bound(
+            setting=setting, scores=self.auditor.scores(), coins=self.coins, guesses=self.guesses
+        )
+        return bound | {
             "eps_accountant": accountant,
             "releases": releases,
             "released": released,
@@ -236,21 +240,6 @@ class MessageCanaryAudit(AuditState, L.Callback):
             "delta": self.delta,
             "statistic": "fdp_one_run",
         }
-        if released == 0:
-            return setting | {"eps_lower": 0.0, "guess_acc": None, "n": len(counts), "guesses": 0}
-        family, mu = self.hypotheses(releases, accountant)
-        guesses = self.guesses or planned_guesses(
-            canaries=released, mu=mu, confidence=self.confidence
-        )
-        bound = fdp_lower_bound(
-            scores=self.auditor.scores(),
-            coins=self.coins,
-            family=family,
-            delta=self.delta,
-            guesses=[min(guesses, released)],
-            confidence=self.confidence,
-        )
-        return bound | setting
 
     def results(self) -> dict:
         """``audit/<name>/``: ``eps_lower`` (the f-DP one-run bound at ``confidence``),
