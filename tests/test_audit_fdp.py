@@ -203,3 +203,24 @@ def test_planned_guesses_and_bad_inputs():
         fdp_lower_bound(
             scores=[0.1, 0.2], coins=[0, 1], family=GaussianFamily(), delta=DELTA, guesses=[3]
         )
+
+
+def test_release_scores_read_what_the_server_received():
+    """The PBM score reads each coordinate's count back from the dequantized sum the server
+    computed and looks up its log-likelihood ratio; the LDP score is (2C/σ²)·Σ_j y_j."""
+    from vfl_lightning.privacy.analysis.release_scores import (
+        gaussian_release_scores,
+        pbm_count_scores,
+        pbm_release_scores,
+    )
+
+    pbm = PBM(num_parties=4, b=4, beta=0.1, seed=0)
+    counts = torch.tensor([[0, 3, 16], [8, 9, 1]])
+    received = pbm.dequantize(counts).numpy()
+    table = pbm_count_scores(b=4, beta=0.1, num_parties=4)
+    expected = table[counts.numpy()].sum(axis=1)
+    got = pbm_release_scores(received, b=4, beta=0.1, clip_bound=1.0, num_parties=4)
+    assert np.allclose(got, expected)
+    assert table[8] == pytest.approx(0.0, abs=1e-12) and np.all(np.diff(table) > 0)
+    rows = np.array([[1.0, -0.5], [0.25, 0.25]])
+    assert np.allclose(gaussian_release_scores(rows, clip_bound=1.0, sigma=2.0), [0.25, 0.25])

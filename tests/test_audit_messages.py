@@ -201,3 +201,17 @@ def test_runs_pool_into_one_multi_run_bound(make_cfg, tmp_path):
     train(other)
     with pytest.raises(ValueError, match=r"was audited with another setting \(releases\)"):
         pooled_bound([paths[0], Path(other.paths.output_dir) / "audit_canary_message.npz"])
+
+
+def test_a_multirun_pools_its_seeds(tmp_path):
+    """``python train.py -m ... seed=0,1``: at the end of the sweep the two runs' canaries are one
+    multi-run bound (audit_pooled.json in the sweep directory)."""
+    import json
+
+    from test_report import run_multirun
+
+    sweep = tmp_path / "sweep"
+    run_multirun([*LDP, "trainer.max_epochs=1", "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep}"])
+    (pooled,) = json.loads((sweep / "audit_pooled.json").read_text())
+    assert pooled["audit"] == "canary_message" and pooled["runs"] == 2 and pooled["n"] == 1200
+    assert 0.0 <= pooled["eps_lower"] <= pooled["eps_accountant"]

@@ -3,6 +3,7 @@ run failure into one line ``error: ...`` (exit 2 or 1) instead of a traceback.""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -56,6 +57,33 @@ class OutputDirCheck(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         check_output_dir("hydra.sweep.dir", config.hydra.sweep.dir)
+
+
+class PoolAudits(Callback):
+    """A Hydra callback (``hydra.callbacks``): at the end of a multirun, the message-canary
+    audits of its jobs (their ``audit_<name>.npz``) are pooled by setting into one multi-run bound
+    each (:func:`~vfl_lightning.privacy.analysis.message_audit.pooled_bound`): written to
+    ``audit_pooled.json`` in the sweep directory and printed, one line per setting pooled."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from vfl_lightning.privacy.analysis.message_audit import pooled_bound, read_scores
+
+        sweep = Path(config.hydra.sweep.dir)
+        groups: dict[tuple[str, str], list[Path]] = {}
+        for path in sorted(sweep.glob("*/audit_*.npz")):
+            setting = json.dumps(read_scores(path)[0], sort_keys=True)
+            groups.setdefault((path.stem.removeprefix("audit_"), setting), []).append(path)
+        pooled = []
+        for (name, setting), paths in groups.items():
+            bound = pooled_bound(paths)
+            pooled.append({"audit": name, "setting": json.loads(setting), **bound})
+            print(
+                f"audit {name} pooled over {bound['runs']} runs: eps_lower "
+                f"{bound['eps_lower']:.4g} (beside eps_accountant {bound['eps_accountant']:.4g})",
+                flush=True,
+            )
+        if pooled:
+            (sweep / "audit_pooled.json").write_text(json.dumps(pooled, indent=2) + "\n")
 
 
 def check_output_dir(key: str, directory: str) -> None:
