@@ -43,7 +43,9 @@ def accountant_values(group: Group, name: str) -> list[float]:
     values = []
     for run in group.runs:
         value = run.results.get(f"audit/{name}/eps_accountant")
-        values.append(math.inf if value == "inf" else run.value(f"audit/{name}/eps_accountant"))
+        value = math.inf if value == "inf" else run.value(f"audit/{name}/eps_accountant")
+        # one setting's seeds share the accountant's ε up to float rounding
+        values.append(value if value is None or math.isinf(value) else round(value, 9))
     return values
 
 
@@ -74,13 +76,17 @@ def setting(group: Group) -> str:
 
 
 def audit_figure(groups: Sequence[Group], name: str, title: str):
-    """The bound (each seed a small dot, mean ± std over seeds) against the accountant's ε (log
-    scale), one colour per algo and one marker per setting; the diagonal (bound = accountant),
-    half of it, and the largest bound the audit's canaries allow. Releases without noise
-    (accountant ε = ∞) are drawn at the right edge."""
+    """The bound (each seed a small dot, mean ± std over seeds) against the accountant's ε
+    (linear axes for finite ε within one decade, else log scale), one colour per algo and one
+    marker per setting; the diagonal (bound = accountant), half of it, and the largest bound
+    the audit's canaries allow. Releases without noise (accountant ε = ∞) are drawn at the right
+    edge."""
     fig, (ax,) = new_figure(title)
-    finite = [e for g in groups for e in accountant_values(g, name) if math.isfinite(e)]
-    right = max(finite, default=10.0) * 3
+    every = [e for g in groups for e in accountant_values(g, name)]
+    finite = [e for e in every if math.isfinite(e)]
+    # linear axes for a frontier of finite ε within one decade, else log (∞ at the right edge)
+    linear = bool(finite) and len(finite) == len(every) and max(finite) <= 10 * min(finite)
+    right = max(finite, default=10.0) * (1.1 if linear else 3)
     shapes: dict[str, str] = {}
     handles: dict[str, Line2D] = {}
     caps = []
@@ -114,8 +120,12 @@ def audit_figure(groups: Sequence[Group], name: str, title: str):
         cap.mean if cap.count else 0.0,
         *(b for g in groups for b in g.values_of(f"audit/{name}/eps_lower") if math.isfinite(b)),
     )
-    low = min([*finite, 0.1]) / 2
-    diagonal = [low * 1.1**k for k in range(int(math.log(right / low) / math.log(1.1)) + 2)]
+    low = 0.0 if linear else min([*finite, 0.1]) / 2
+    diagonal = (
+        [0.0, right]
+        if linear
+        else [low * 1.1**k for k in range(int(math.log(right / low) / math.log(1.1)) + 2)]
+    )
     ax.plot(diagonal, diagonal, color="black", linewidth=1)
     ax.plot(diagonal, [d / 2 for d in diagonal], color="black", linewidth=1, linestyle="--")
     if cap.count:
@@ -133,9 +143,13 @@ def audit_figure(groups: Sequence[Group], name: str, title: str):
         ),
         *(Line2D([], [], color="gray", marker=m, linestyle="", label=s) for s, m in shapes.items()),
     ]
-    plain_log_axis(ax, "x")
+    if linear:
+        ax.set_xlim(0.0, right)
+        ax.set_xlabel("accountant's ε for the audited releases")
+    else:
+        plain_log_axis(ax, "x")
+        ax.set_xlabel("accountant's ε for the audited releases (right edge: no noise, ε = ∞)")
     ax.set_ylim(-0.03 * max(top, 0.5), max(top, 0.5))
-    ax.set_xlabel("accountant's ε for the audited releases (right edge: no noise, ε = ∞)")
     ax.set_ylabel("empirical lower bound on ε (95 %; dots: seeds)")
     ax.legend(
         handles=entries, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False

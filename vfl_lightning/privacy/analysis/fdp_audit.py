@@ -15,9 +15,9 @@ exactly k/m: a lower bound above k/m is a contradiction, and the hypothesis is r
 that the guesses reject (:func:`fdp_lower_bound`).
 
 Assumptions, to be upheld by the caller: the coins are independent fair coins unknown to the
-auditor; the number of guesses k is fixed before the run is seen (here from the hypothesis the
-audit tests and the canary count, :func:`planned_guesses`), or several are tried and paid for by
-a Bonferroni correction; the family holds the audited mechanism's trade-off at some strength.
+auditor; the number of guesses k is fixed without looking at a score or a coin (here from the
+hypothesis the audit tests and the number of canaries released, :func:`planned_guesses`), or
+several are tried and paid for by a Bonferroni correction; the family holds the audited mechanism's trade-off at some strength.
 """
 
 from __future__ import annotations
