@@ -166,6 +166,7 @@ def test_ray_parties_place_their_own_canaries(make_cfg, ray_session):
         assert remote[f"audit/canary_message/{key}"] == local[f"audit/canary_message/{key}"], key
 
 
+@pytest.mark.slow
 def test_audit_ldp_tight_is_one_point_of_the_frontier(make_cfg):
     """experiment=audit_ldp_tight: the accountant's ε is between 2 and 10 (4.75: μ = 1 over 4
     epochs), the bound stays below the canaries' true ε (4.38) and reaches half the accountant's
@@ -203,6 +204,7 @@ def test_runs_pool_into_one_multi_run_bound(make_cfg, tmp_path):
         pooled_bound([paths[0], Path(other.paths.output_dir) / "audit_canary_message.npz"])
 
 
+@pytest.mark.slow
 def test_a_multirun_pools_its_seeds(tmp_path):
     """``python train.py -m ... seed=0,1``: at the end of the sweep the two runs' canaries are one
     multi-run bound (audit_pooled.json in the sweep directory)."""

@@ -61,7 +61,11 @@ BATTERY = [
         ["algo=pbm", "mechanism.beta=abc"],
         r"^mechanism.beta must be a number in \(0, 0.25\] for PBM, got 'abc'$",
     ),
-    (["algo=ldp", "mechanism.sigma=abc"], r"^mechanism.sigma must be > 0, got 'abc'$"),
+    (
+        ["algo=ldp", "mechanism.sigma=abc"],
+        r"^mechanism.sigma must be a finite number > 0 or null, got 'abc'$",
+    ),
+    (["algo=ldp", "mechanism.sigma=0"], r"^mechanism.sigma must be a finite number > 0 or null"),
     (["seed=-1"], r"^seed must be an integer in \[0, 2\^32 - 1\], got -1$"),
     (["seed=abc"], r"^seed must be an integer in \[0, 2\^32 - 1\], got 'abc'$"),
     (["seed=1.5"], r"^seed must be an integer in \[0, 2\^32 - 1\], got 1.5$"),

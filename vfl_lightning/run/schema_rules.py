@@ -161,6 +161,7 @@ RANGES: dict[str, tuple[Callable, str]] = {
     "mechanism.b": integer(1),
     "mechanism.beta": (is_number, "a number in (0, 0.25] for PBM"),
     "mechanism.C": number(0, INF, low_open=True),
+    "mechanism.sigma": number(0, INF, low_open=True, null=True),
     "network.mbps": number(0, INF, low_open=True),
     "network.latency_s": number(0, INF),
     "network.macs_per_second": number(0, INF, low_open=True),
