@@ -217,3 +217,24 @@ def test_a_multirun_pools_its_seeds(tmp_path):
     (pooled,) = json.loads((sweep / "audit_pooled.json").read_text())
     assert pooled["audit"] == "canary_message" and pooled["runs"] == 2 and pooled["n"] == 1200
     assert 0.0 <= pooled["eps_lower"] <= pooled["eps_accountant"]
+
+
+def test_parties_with_their_own_configuration_are_refused():
+    """runtime=grpc parties take no setting from the server, so none would put the canaries into
+    its releases: the audit refuses them rather than bound releases that carry no canary."""
+    from types import SimpleNamespace
+
+    from vfl_lightning.data.canaries import CanaryRecord
+    from vfl_lightning.mechanisms import GaussianLDP
+    from vfl_lightning.privacy.audit import MessageCanaryAudit
+    from vfl_lightning.runtime.grpc_parties import GrpcParties
+
+    assert GrpcParties.canaries_from_run is False
+    record = CanaryRecord(torch.arange(20), torch.zeros(20, dtype=torch.int64), (0,), "message")
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(canary_records={"canary_message": record}))
+    module = type("SyncRun", (SimpleNamespace,), {"RELEASE_CANARIES": True})(
+        mechanism=GaussianLDP(num_parties=2, sigma=1.0),
+        party_side=SimpleNamespace(canaries_from_run=False, name="grpc"),
+    )
+    with pytest.raises(ConfigError, match=r"^audit=canary_message: the grpc parties take no"):
+        MessageCanaryAudit(count=20).setup(trainer, module, "fit")

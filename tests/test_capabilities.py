@@ -81,3 +81,15 @@ def test_a_protocol_provides_its_own_downlink_codec(make_cfg):
     # 3 rounds, 4 parties, 32 x 16 gradients: 256 kept entries at 32 + 9 bits instead of 512 x 32
     assert plain["comm/downlink_mb"] == 3 * 4 * 512 * 32 / 8e6
     assert halved["comm/downlink_mb"] == 3 * 4 * 256 * 41 / 8e6
+
+
+def test_message_canaries_are_opted_into(make_cfg):
+    """``audit=canary_message`` needs every training release to go through the parties' send:
+    the sync family and FedBCD declare it; a subclass that declares nothing is refused."""
+    from vfl_lightning.train import train
+
+    assert SyncVFL.RELEASE_CANARIES and FedBCD.RELEASE_CANARIES
+    assert Rewired.RELEASE_CANARIES is False and OptedIn.RELEASE_CANARIES is False
+    cfg = make_cfg("algo=ldp", "audit=canary_message", "algo._target_=test_capabilities.Rewired")
+    with pytest.raises(ConfigError, match=r"^audit=canary_message: Rewired releases its"):
+        train(cfg)

@@ -103,7 +103,7 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     PARTY_CALLS = "sync"
     """The family of calls its parties answer in their own processes (``runtime=grpc``):
     ``sync`` (messages and gradients), ``async`` (client messages and answers) or ``fedvs``."""
-    OPTED_IN = ("RUNTIMES", "DATA_PARALLEL")
+    OPTED_IN = ("RUNTIMES", "DATA_PARALLEL", "RELEASE_CANARIES")
     """Capabilities a class declares itself: a subclass that does not set one gets the default
     above (``("local",)``, False), whatever its parent declares, since it may change what crosses
     the wire or what a batch's rows decide."""

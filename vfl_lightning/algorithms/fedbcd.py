@@ -55,6 +55,7 @@ class FedBCD(SyncVFL):
     """
 
     DATA_PARALLEL = True
+    RELEASE_CANARIES = True
     RUNTIMES = ("local", "ray", "grpc")
     PARTY_SETTINGS = ("_target_", "name", "local_steps", "schedule", "mu", "lr_schedule")
 

@@ -198,6 +198,10 @@ class Parties(ABC):
     """
 
     name = "parties"
+    canaries_from_run = True
+    """Whether each party draws an audit's message canaries from the run's configuration (its
+    data and seed), as the local and Ray parties do; a party with its own configuration
+    (``runtime=grpc``) takes none from the server."""
 
     def make_optimizers(self, factory) -> list[torch.optim.Optimizer]:
         """The party optimizers (``factory``: a partial torch optimizer) that the server's trainer

@@ -75,6 +75,7 @@ class GrpcParties(Parties):
     a quiet party is greeted that often, so a party tells a busy server from a gone one."""
 
     name = "grpc"
+    canaries_from_run = False
 
     def __init__(
         self,

@@ -173,7 +173,7 @@ class PartySession:
         if training:
             h = self.own.forward(x)
             self.own.keep(x, h)
-            out = h.detach()
+            out = self.own.training_release(fields["idx"], h.detach())
         else:
             out = self.own.embedding(x)
         if round is not None:

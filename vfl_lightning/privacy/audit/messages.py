@@ -158,6 +158,11 @@ class MessageCanaryAudit(AuditState, L.Callback):
             self.refuse(f"the data hold no message canaries data.canaries.{self.name}")
         mechanism = pl_module.mechanism
         self.check_protocol(type(pl_module), self.name, type(mechanism))
+        if not pl_module.party_side.canaries_from_run:
+            self.refuse(
+                f"the {pl_module.party_side.name} parties take no setting from the server, so "
+                "none would put the canaries into its releases: audit runtime=local or ray"
+            )
         self._mechanism = mechanism
         self._secure_sum = mechanism.fuse if mechanism.uses_pair_masks else None
         self._width = int(pl_module.widths[self.party])
