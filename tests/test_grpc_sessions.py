@@ -109,3 +109,24 @@ def test_a_coded_client_never_sends_its_plain_embedding(tmp_path):
     state = torch.Generator().manual_seed(0).get_state()
     share = {"exchange": 1, "stream": state, "offset": 0, "rows": 8}
     assert "a generator state from the server" in refusal(session.share_model, share)
+
+
+def test_a_local_step_reuses_the_gradient_the_party_received(tmp_path):
+    """FedBCD's local steps: the server sends ["cached"], the party steps again with the
+    gradient it received at the exchange, exactly as if it had been sent again."""
+    import copy
+
+    _, session = session_of(tmp_path, ["algo=fedbcd", "data=breast_cancer", "data.num_parties=2"])
+    cached = {"gradient": ["cached"], "fresh": True, "mu": 0.0}
+    assert "a cached gradient outside a local step" in refusal(session.apply_gradient, cached)
+    twin = copy.deepcopy(session)
+    for party in (session, twin):
+        party.send({"idx": torch.arange(4), "stage": "train", "round": 0})
+    gradient = torch.randn(4, 16)
+    session.apply_gradient({"gradient": ["dense", gradient], "fresh": False, "mu": 0.0})
+    twin.apply_gradient({"gradient": ["dense", gradient], "fresh": False, "mu": 0.0})
+    session.apply_gradient(cached)
+    twin.apply_gradient({"gradient": ["dense", gradient], "fresh": True, "mu": 0.0})
+    assert session.own.digest() == twin.own.digest()
+    again = cached | {"fresh": False}
+    assert "a cached gradient outside a local step" in refusal(session.apply_gradient, again)

@@ -94,6 +94,7 @@ class GrpcParties(Parties):
         self.run = str(proposals[0]["run"])
         self.arrivals: queue.Queue = queue.Queue()
         self.streams: list[PartyStream] = []
+        self.sent: list[torch.Tensor] = []
         self.stopping = threading.Event()
         self.widths = self.propose(proposals)
         self.traffic = Traffic(channels, ledger)
@@ -208,12 +209,16 @@ class GrpcParties(Parties):
     def apply_gradients(self, gradients, *, fresh=False, mu=0.0):
         """Sent without waiting: a party runs its session's calls in order, so its next call
         starts after the update, and a failed update breaks its stream (seen at the next
-        reply)."""
+        reply). A fresh local step with the very gradients sent last (FedBCD) sends
+        ``["cached"]``: the party steps with the gradient it received."""
         self.traffic.enter(True)
         codec = self.codec_fn()
+        cached = fresh and len(self.sent) == len(gradients)
+        cached = cached and all(g is s for g, s in zip(gradients, self.sent, strict=True))
         for stream, gradient in zip(self.streams, gradients, strict=True):
-            form = codec.encode(gradient.detach().to("cpu"))
+            form = ["cached"] if cached else codec.encode(gradient.detach().to("cpu"))
             stream.send("ApplyGradient", {"gradient": form, "fresh": bool(fresh), "mu": float(mu)})
+        self.sent = list(gradients)
 
     def set_anchor(self):
         self.send_all("SetAnchor", {}, training=True)

@@ -92,6 +92,7 @@ class PartySession:
         if not derived:
             torch.manual_seed(private_seed())
         self.width = int(model.embedding_dim)
+        self.last_gradient: torch.Tensor | None = None
         self.key = fresh_private_key()
         self.channel_keys: dict[int, bytes] = {}
 
@@ -226,9 +227,16 @@ class PartySession:
 
     # ----------------------------------------------------------------- the synchronous family
     def apply_gradient(self, fields: dict) -> dict:
-        self.own.apply_gradient(
-            self.gradient(fields["gradient"]), fresh=fields["fresh"], mu=fields["mu"]
-        )
+        """The update with the gradient received; ``["cached"]``: the last one it received again
+        (FedBCD's local steps, ``fresh``: a fresh forward of the kept input)."""
+        form, fresh = fields["gradient"], fields["fresh"]
+        if form == ["cached"]:
+            if not fresh or self.last_gradient is None:
+                raise self.refuse("a cached gradient outside a local step after an exchange")
+            gradient = self.last_gradient
+        else:
+            gradient = self.last_gradient = self.gradient(form)
+        self.own.apply_gradient(gradient, fresh=fresh, mu=fields["mu"])
         return {}
 
     def set_anchor(self, fields: dict) -> dict:
