@@ -265,8 +265,10 @@ def actor_states(party_side) -> list[dict]:
 def load_actor_states(party_side, states: list[dict]) -> None:
     import ray
 
-    def restore(actor, state: dict) -> None:
-        actor.own.load_state_dict(state)
+    def restore(actor, state: dict) -> None:  # the observer's powers, not the party's resume
+        actor.own.model.load_state_dict(state["model"])
+        actor.own.optimizer.load_state_dict(state["optimizer"])
+        actor.own.generators.load_state_dict(state["generators"])
 
     actors = zip(party_side.actors, states, strict=True)
     ray.get([actor.__ray_call__.remote(restore, state) for actor, state in actors])

@@ -151,7 +151,8 @@ def test_evaluation_decodes_the_average_from_coded_embeddings_exactly(ray_fedvs)
         val_xs = party_columns(cfg, module.num_parties, "val")
         weights = [w for name, w in actor_parameters(parties) if name.endswith("weight")]
         idx = torch.tensor([5, 0, 17, 3, 3, 40])
-        parties.restart_stream("val", release_round("val", 0))
+        fresh = 1 << 40  # above every validation round the module's own evaluations used
+        parties.restart_stream("val", release_round("val", fresh))
         decoded = parties.eval_average(val_xs, idx, "val")
         total = torch.zeros(len(idx), 16, dtype=torch.long)
         plain = torch.zeros(len(idx), 16)
@@ -170,7 +171,7 @@ def test_evaluation_decodes_the_average_from_coded_embeddings_exactly(ray_fedvs)
             parties.eval_embeddings(val_xs, idx, "val")
         # a second evaluation shares the models again (a new exchange), the data shares once
         exchange = parties.eval_exchanges["val"]
-        parties.restart_stream("val", release_round("val", 1))
+        parties.restart_stream("val", release_round("val", fresh + 1))
         assert torch.equal(parties.eval_average(val_xs, idx, "val"), decoded)
         assert parties.eval_exchanges["val"] == exchange + 1
     finally:

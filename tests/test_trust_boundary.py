@@ -260,7 +260,7 @@ def test_a_party_dir_that_is_a_file_is_refused(make_cfg, tmp_path):
 
 def test_a_party_keeps_its_newest_three_state_files(tmp_path):
     """State files do not pile up: each save keeps the newest three rounds of that party only
-    (the server's last complete checkpoint is at most two saves behind)."""
+    (it resumes from the newest; the two before stay for its operator)."""
     from vfl_lightning.runtime.party_state import KEPT_ROUNDS
 
     for round in (4, 8, 12, 16, 20):

@@ -19,3 +19,8 @@ class NonFiniteLoss(RunFailure):
 
 class PartyLost(RunFailure):
     """A party process (Ray actor) died: the message names the party and the round."""
+
+
+class PartyRefusal(RunFailure):
+    """A party refused a call of the server: the message names the party, the call and the rule it
+    enforces (its protocol's next step, or its own privacy budget)."""

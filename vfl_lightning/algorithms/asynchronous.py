@@ -285,8 +285,9 @@ class HybridVFL(VFLModule):
         columns = self.table.read(idx)
         received = self.answer_queries(queries, columns, y)
         loss, logits = self.update_server(columns, [m for m, _, _ in arrived], received, y)
-        for m, _, _ in arrived:
-            self.party_side.answer_client(m, received[m])
+        with self.answering_parties(loss):
+            for m, _, _ in arrived:
+                self.party_side.answer_client(m, received[m])
         self.wire.end_round()
         return loss, logits
 

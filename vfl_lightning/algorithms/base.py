@@ -325,6 +325,21 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
             parts.append(("server_party", own))
         return combined_digest(parts)
 
+    def party_privacy(self) -> dict:
+        """What each party counted of its own releases
+        (:meth:`~vfl_lightning.algorithms.party_budget.PartyBudget.spent`), for results.json:
+        ``privacy/party_<m>/feature_eps`` and ``eval_feature_eps`` (``"inf"`` after a release
+        without noise; left out where the party has no analysis of its noise) and
+        ``privacy/party_<m>/max_row_releases`` (its most-released training row)."""
+        out: dict = {}
+        for m, spent in enumerate(self.party_side.privacy_spent()):
+            for key in ("feature_eps", "eval_feature_eps"):
+                if spent[key] is not None:
+                    value = spent[key]
+                    out[f"privacy/party_{m}/{key}"] = "inf" if value == math.inf else value
+            out[f"privacy/party_{m}/max_row_releases"] = spent["max_row_releases"]
+        return out
+
     # ----------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["vfl"] = {
@@ -333,8 +348,18 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
             "train_generator": self.streams.state(),
             "torch_rng": torch.get_rng_state(),
             "config": self.run_config,
-            "parties": self.party_side.state_dict(),
+            "parties": self.party_side_state(),
         }
+
+    def party_side_state(self) -> dict:
+        """The party side's state for a checkpoint, once the previous checkpoint is on disk (a
+        party that saves its own state keeps only its newest: the server's last complete
+        checkpoint is then at most this one save behind it)."""
+        trainer = self._trainer
+        wait = None if trainer is None else getattr(trainer.strategy.checkpoint_io, "wait", None)
+        if wait is not None:
+            wait()
+        return self.party_side.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("vfl")

@@ -153,7 +153,8 @@ class FedBCD(SyncVFL):
         anchors = self.proximal_anchors()
         exchanged = self.exchange_round(xs, y, idx)
         for _ in range(self.local_steps - 1):
-            self.local_party_step(exchanged.gradients)
+            with self.answering_parties(exchanged.loss):
+                self.local_party_step(exchanged.gradients)
             self.local_server_step(server_opt, exchanged.fused, xs, y, anchors)
         return exchanged.loss, exchanged.logits
 
@@ -169,9 +170,10 @@ class FedBCD(SyncVFL):
         updated_loss, _ = self.server_loss(leaf, xs, y)
         (fused_grad,) = torch.autograd.grad(updated_loss, leaf)
         gradients = self.send_gradients(fused_grad)
-        self.update_parties(gradients)
-        for _ in range(self.local_steps - 1):
-            self.local_party_step(gradients)
+        with self.answering_parties(updated_loss):
+            self.update_parties(gradients)
+            for _ in range(self.local_steps - 1):
+                self.local_party_step(gradients)
         self.wire.end_round()
         return loss, logits
 

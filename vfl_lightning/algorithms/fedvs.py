@@ -90,9 +90,8 @@ class FedVSFamily(VFLModule):
         **kwargs,
     ) -> None:
         super().__init__(parties, head, mechanism, optimizer, num_classes, name=name, **kwargs)
-        if strategy not in STRATEGIES:
-            raise ValueError(f"algo.strategy must be one of {STRATEGIES}, got {strategy!r}")
         for label, value, allowed in (
+            ("strategy", strategy, STRATEGIES),
             ("on_shortfall", on_shortfall, SHORTFALL_POLICIES),
             ("ignore_waits_for", ignore_waits_for, IGNORE_WAITS_FOR),
         ):
@@ -131,7 +130,7 @@ class FedVSFamily(VFLModule):
         self.shortfall_rounds, self.data_shared, self.data_sharing_s = 0, False, 0.0
         self.per_segment_batch, self.responder_counts = 0, [0] * self.num_parties
         self.costs: FedVSCosts | None = None
-        parts = {"codec": self.codec, "dp": dp, "weight_bound": weight_bound}
+        parts = dict(codec=self.codec, dp=dp, weight_bound=weight_bound, coded=strategy == "fedvs")
         local = LocalFedVSParties(self.parties, mechanism, self.seed, self.streams, **parts)
         self.party_side: FedVSParties = local
         self.party_side.project_weights()
@@ -264,7 +263,8 @@ class FedVSFamily(VFLModule):
         self.zero_server(server_opt)
         self.server_backward(loss)
         gradients = self.wire.downlink([fused.grad] * self.num_parties)
-        self.party_side.update(xs, idx, gradients[0])
+        with self.answering_parties(loss):
+            self.party_side.update(xs, idx, gradients[0])
         self.step_server(server_opt)
         self._close_round(timing, len(responders))
         return loss, logits
@@ -327,7 +327,8 @@ class FedVSFamily(VFLModule):
         gradient = None
         for n in used:
             gradient = self.wire.send(DOWNLINK, n, fused.grad, kind="gradient")
-        self.party_side.update_plain(used, gradient)
+        with self.answering_parties(loss):
+            self.party_side.update_plain(used, gradient)
         self.step_server(server_opt)
         self._close_round(timing, len(used))
         return loss, logits

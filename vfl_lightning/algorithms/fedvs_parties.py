@@ -12,6 +12,8 @@ import torch
 
 from vfl_lightning.algorithms.local_parties import LocalParties
 from vfl_lightning.algorithms.party import update_parties
+from vfl_lightning.algorithms.party_rules import ReleaseNoise, release_rows
+from vfl_lightning.mechanisms.fedvs import FedVSCodec
 from vfl_lightning.seeding import seeded_generator
 
 
@@ -99,7 +101,9 @@ class LocalFedVSParties(LocalParties, FedVSParties):
     optimizers, and the public :class:`~vfl_lightning.mechanisms.fedvs.FedVSCodec`, which holds
     every client's shares and runs every client's step of a phase as one vectorized call.
     ``dp``: Wait-DP's noise, which each client adds to what it sends; ``weight_bound``: the
-    projection after every update."""
+    projection after every update. ``coded`` (FedVS itself): the clients release only coded
+    shares of the sum, in training and evaluation (:meth:`eval_average`); their guards refuse
+    every plain embedding."""
 
     def __init__(
         self,
@@ -112,10 +116,14 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         dp=None,
         weight_bound: float,
         batch_parties: bool = True,
+        coded: bool = False,
     ) -> None:
-        super().__init__(models, mechanism, seed, streams, batch_parties=batch_parties)
+        noise = ReleaseNoise(mechanism, dp=dp, coded=coded)
+        super().__init__(models, mechanism, seed, streams, batch_parties=batch_parties, noise=noise)
         self.seed = int(seed)
         self.codec, self.dp, self.weight_bound = codec, dp, float(weight_bound)
+        self.coded = bool(coded)
+        self._eval_codec: FedVSCodec | None = None
 
     def power_feature_counts(self):
         return [p.num_power_features for p in self.models]
@@ -136,6 +144,10 @@ class LocalFedVSParties(LocalParties, FedVSParties):
 
     def coded_embeddings(self, positions, upload_delays, modelled):
         responders = list(modelled)
+        segment = self.codec.data_shares.shape[1]
+        rows = torch.arange(self.codec.K, device=positions.device)[:, None] * segment + positions
+        for party in self.members:
+            party.guard.coded_release("coded_embedding", "train", release_rows(rows))
         return responders, self.codec.coded_embeddings(positions, clients=responders)
 
     def update(self, xs, idx, gradient):
@@ -147,6 +159,8 @@ class LocalFedVSParties(LocalParties, FedVSParties):
 
     def plain_round(self, xs, idx, upload_delays, modelled, deadline_s):
         used = sorted(modelled)
+        noise = None if self.dp is None else self.dp.noise_multiplier
+        self.admit("plain_embedding", "train", None, idx, noise, [self.members[n] for n in used])()
         outputs = [self.members[n].forward(xs[n]) for n in used]
         if self.dp is not None:
             gen = self.streams.get("train", outputs[0].device)
@@ -163,11 +177,60 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         self.project_weights()
 
     def eval_embeddings(self, xs, idx, stage):
-        embeddings = self.send(xs, idx, stage=stage, round=None)
-        if self.dp is not None and self.dp.at_eval:
+        noisy = self.dp is not None and self.dp.at_eval
+        self.admit("send", stage, None, idx, self.dp.noise_multiplier if noisy else None)()
+        embeddings = [h.detach() for h in self.embed(xs)]
+        if noisy:
             gen = self.streams.get(stage, self.device)
             embeddings = [self.dp(h, gen) for h in embeddings]
         return embeddings
+
+    def eval_average(self, xs, idx, stage):
+        """The plain baselines: the mean of :meth:`eval_embeddings`. FedVS: decoded from every
+        client's coded embedding of the batch (the batch split into K segments, its data shared
+        and the models shared with masks from the stage's stream, the average decoded from the
+        first R clients), as the Ray clients evaluate: no plain embedding is released."""
+        if not self.coded:
+            return super().eval_average(xs, idx, stage)
+        for party in self.members:
+            party.guard.coded_release("coded_eval_embedding", stage, release_rows(idx))
+        device = self.device
+        xs = [x.to(device) for x in list(xs)[: len(self.models)]]
+        K, count = self.codec.K, int(xs[0].shape[0])
+        segment = -(-count // K)
+        padded = []
+        for x in xs:
+            rows = x.new_zeros((K * segment, *x.shape[1:]))
+            rows[:count] = x
+            padded.append(rows)
+        codec = self.evaluation_codec()
+        codec.check(padded, [p.degree for p in self.models])
+        generator = self.streams.get(stage, device)
+        with torch.no_grad():
+            features = [p.power_features(x) for p, x in zip(self.models, padded, strict=True)]
+        codec.share_data(features, generator=generator)
+        codec.share_models([p.weight for p in self.models], generator=generator)
+        responders = list(range(codec.threshold))
+        positions = torch.arange(segment, device=device)
+        coded = codec.coded_embeddings(positions, clients=responders)
+        average = codec.decode_average(coded.to(torch.int64), responders)
+        return average[:count].to(torch.float32)
+
+    def evaluation_codec(self) -> FedVSCodec:
+        """A codec of the training code's public parameters for the evaluation batches (its
+        shares are the batch's, never the training data's)."""
+        if self._eval_codec is None:
+            codec = self.codec
+            self._eval_codec = FedVSCodec(
+                codec.num_clients,
+                codec.K,
+                codec.T,
+                l_x=codec.l_x,
+                l_w=codec.l_w,
+                prime=codec.prime,
+                weight_bound=codec.weight_bound,
+            )
+        return self._eval_codec
 
     def clean_embeddings(self, xs):
         """The simulation holds every client's model: the clean embeddings are at hand."""

@@ -6,13 +6,21 @@ update."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
 from vfl_lightning.algorithms.parties import Parties, PartyGenerators, ServerStreams
 from vfl_lightning.algorithms.party import Party, PartyOptimization, step_one, update_parties
+from vfl_lightning.algorithms.party_budget import PartyBudget
+from vfl_lightning.algorithms.party_policy import PartyPolicy
+from vfl_lightning.algorithms.party_rules import (
+    PartyGuard,
+    ReleaseNoise,
+    mechanism_noise,
+    release_rows,
+)
 from vfl_lightning.algorithms.release_canaries import release_canaries
 from vfl_lightning.models.batched import GroupedParties, groupable
 from vfl_lightning.optim import step_together, zero_together
@@ -35,6 +43,12 @@ class LocalParties(Parties):
     (:meth:`use_rows`): each rank's parties embed the rank's rows, the embeddings are gathered
     into the global batch, and the party gradients are summed across ranks before any step.
     ``streams``: the server's generators, shared by the simulation (:class:`ServerStreams`).
+
+    Every member enforces its own rules (its :class:`~vfl_lightning.algorithms.party_rules.
+    PartyGuard`, the code a party actor runs): a release is admitted by every member's guard
+    before any member computes it, a gradient is checked before any is applied, a state is loaded
+    only before the first release. ``noise``: what the parties' protocol adds to their releases
+    (default: the mechanism's, :class:`ReleaseNoise`).
     """
 
     name = "local"
@@ -47,11 +61,17 @@ class LocalParties(Parties):
         streams: ServerStreams,
         *,
         batch_parties: bool = True,
+        noise: ReleaseNoise | None = None,
     ) -> None:
         self.models = models
         self.mechanism = mechanism
         self.streams = streams
-        self.members = [Party(m, model, PartyGenerators(seed, m)) for m, model in enumerate(models)]
+        self.noise = noise or ReleaseNoise(mechanism)
+        self.members = [
+            Party(m, model, PartyGenerators(seed, m), guard=PartyGuard(m, self.noise))
+            for m, model in enumerate(models)
+        ]
+        self.use_policy(PartyPolicy())
         grouped = bool(batch_parties) and groupable(models)
         self.grouped = GroupedParties(models) if grouped else None
         self.rows = RowShares()
@@ -76,6 +96,34 @@ class LocalParties(Parties):
 
     def use_rows(self, rows: RowShares) -> None:
         self.rows = rows
+
+    def use_policy(self, policy: PartyPolicy) -> None:
+        """Every member counts its releases under ``policy`` from now on (the config's
+        ``policy``: locally every party takes it)."""
+        for party in self.members:
+            party.guard.budget = PartyBudget(
+                party.index, policy, self.mechanism, embedding_dim=party.model.embedding_dim
+            )
+
+    def privacy_spent(self) -> list[dict]:
+        return [party.guard.budget.spent() for party in self.members]
+
+    def admit(self, call, stage, round, idx, noise, members=None) -> Callable[[], None]:
+        """Every member's guard (of ``members``, default all) checks the release before any is
+        computed; returns what counts it once computed: every member's budget is asked before
+        any counts, so a refusal leaves no count changed and the message is never returned."""
+        members = self.members if members is None else members
+        rows = release_rows(idx)
+        for party in members:
+            party.guard.check_release(call, stage, round, rows, noise)
+
+        def record() -> None:
+            for party in members:
+                party.guard.check_budget(call, stage, rows, noise)
+            for party in members:
+                party.guard.record_release(stage, round, rows, noise)
+
+        return record
 
     # ----------------------------------------------------------------- forward
     def embed(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -106,20 +154,23 @@ class LocalParties(Parties):
         return [party.generators.get(stage) for party in self.members]
 
     def send(self, xs, idx, *, stage, round):
+        noise = None if round is None else mechanism_noise(self.mechanism)
+        record = self.admit("send", stage, round, idx, noise)
         embeddings = self.embed(xs)
-        if stage == "train":
-            for party, x, h in zip(self.members, xs, embeddings, strict=False):
-                party.keep(x, h)
         detached = [h.detach() for h in embeddings]
         if stage == "train":
             detached = [
                 party.training_release(idx, h)
                 for party, h in zip(self.members, detached, strict=True)
             ]
-        if round is None:
-            return detached
-        generators = self.stage_generators(stage, detached[0].device)
-        return self.mechanism.encode(detached, generator=generators, round=round)
+        if round is not None:
+            generators = self.stage_generators(stage, detached[0].device)
+            detached = self.mechanism.encode(detached, generator=generators, round=round)
+        record()
+        if stage == "train":
+            for party, x, h in zip(self.members, xs, embeddings, strict=False):
+                party.keep(x, h)
+        return detached
 
     def use_canaries(self, records, train_size: int) -> None:
         """Give every party its message canaries from the data's canary ``records``
@@ -199,17 +250,22 @@ class LocalParties(Parties):
     # ----------------------------------------------------------------- asynchronous family
     def initial_embeddings(self, xs, *, chunk):
         device = self.device
-        return [
+        record = self.admit("initial_embeddings", "train", None, torch.arange(len(xs[0])), None)
+        columns = [
             party.embedding(x.to(device), chunk) for party, x in zip(self.members, xs, strict=True)
         ]
+        record()
+        return columns
 
     def embed_rows(self, party, x, idx):
+        self.admit("embed_rows", "train", None, idx, None, [self.members[party]])()
         return self.members[party].embedding(x)
 
     def client_messages(self, clients, xs, idx, *, zoo):
         """Local: in the order of ``clients``, each computed when asked for; ZOO directions come
         from the server's training stream (one stream for every client, :class:`ServerStreams`)."""
         for m in clients:
+            self.admit("client_message", "train", None, idx, None, [self.members[m]])()
             # the client's batch slice is where its model is (the module's device)
             generator = None if zoo is None else self.streams.get("train", xs[m].device)
             yield m, *self.members[m].client_message(xs[m], zoo, generator)
@@ -236,15 +292,20 @@ class LocalParties(Parties):
 
     def restart_stream(self, stage, release):
         for party in self.members:
+            party.guard.restart(stage, release)
+        for party in self.members:
             party.generators.restart(stage, release)
 
     def party_digests(self):
         return [party.digest() for party in self.members]
 
     def state_dict(self):
-        """The parties' generator states (their models and optimizers are in the trainer's
-        checkpoint, as the protocol's submodules and optimizers)."""
-        return {"generators": [party.generators.state_dict() for party in self.members]}
+        """The parties' generator and guard states (their models and optimizers are in the
+        trainer's checkpoint, as the protocol's submodules and optimizers)."""
+        return {
+            "generators": [party.generators.state_dict() for party in self.members],
+            "guards": [party.guard.state_dict() for party in self.members],
+        }
 
     def load_state_dict(self, state):
         if "generators" not in state:
@@ -252,8 +313,12 @@ class LocalParties(Parties):
                 "this checkpoint was written by runtime=ray (its parties' models live in the "
                 "checkpoint's actor states): resume it with runtime=ray"
             )
-        for party, saved in zip(self.members, state["generators"], strict=True):
+        for party in self.members:
+            party.guard.check_load()
+        guards = state.get("guards", [None] * len(self.members))
+        for party, saved, guard in zip(self.members, state["generators"], guards, strict=True):
             party.generators.load_state_dict(saved)
+            party.guard.load_state_dict(guard)
 
     def close(self):
         """Nothing to release: the party models belong to the protocol's module."""

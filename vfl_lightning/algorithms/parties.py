@@ -35,10 +35,13 @@ class PartyGenerators:
     (evaluation never shifts training randomness, and never repeats its noise).
 
     ``party_seeds='derived'``: every seed is ``derive_seed(seed, 'party', stream, party)``, an
-    evaluation's with its first release round mixed in. ``'private'``: every seed is
-    :func:`private_seed`, drawn here (a fresh one per evaluation) and never sent anywhere; the
-    continuing streams' states and the replayed streams' seeds (:meth:`replay`) are part of
-    :meth:`state_dict`, which the party keeps.
+    evaluation's with its first release round mixed in; the continuing streams' states are part
+    of :meth:`state_dict`, so a resumed run draws what the uninterrupted one would (a simulation:
+    whoever holds the config knows every draw). ``'private'``: every seed is :func:`private_seed`,
+    drawn here (a fresh one per evaluation) and never sent anywhere; only the replayed streams'
+    seeds (:meth:`replay`: FedVS's data shares, re-sent identical) are part of :meth:`state_dict`,
+    and a party resumed from it draws its continuing streams from fresh seeds, so it never repeats
+    noise it drew before it stopped (releases it made after its last save included).
     """
 
     def __init__(
@@ -96,18 +99,19 @@ class PartyGenerators:
         self._releases[stage] = int(release)
 
     def state_dict(self) -> dict:
+        if self.private:
+            return {"replay_seeds": dict(self._replay_seeds)}
         state = {"train": self.get("train").get_state()}
         for stage in CONTINUING_STREAMS[1:]:
             if stage in self.streams or stage in self._pending_states:
                 state[stage] = self.get(stage).get_state()
-        if self.private:
-            state["replay_seeds"] = dict(self._replay_seeds)
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from ``state``; a state written under the other ``party_seeds`` (a private
-        state carries ``replay_seeds``) is refused: derived streams resumed as private would stay
-        known to whoever holds the config."""
+        """Continue from ``state`` (private: its replay seeds; every other stream from a fresh
+        seed); a state written under the other ``party_seeds`` (a private state carries
+        ``replay_seeds``) is refused: derived streams resumed as private would stay known to
+        whoever holds the config."""
         saved = "private" if "replay_seeds" in state else "derived"
         if saved != ("private" if self.private else "derived"):
             raise ValueError(
@@ -117,7 +121,7 @@ class PartyGenerators:
         for stage in CONTINUING_STREAMS:
             self.streams.pop(stage, None)
             self._pending_states.pop(stage, None)
-            if stage in state:
+            if stage in state and not self.private:
                 self._pending_states[stage] = state[stage]
         if self.private:
             self._replay_seeds = dict(state.get("replay_seeds", {}))
@@ -213,6 +217,17 @@ class Parties(ABC):
         parties can; elsewhere a data-parallel ``rows`` is refused."""
         if rows.parallel:
             raise ValueError(f"{type(self).__name__} cannot embed a rank's share of the rows")
+
+    @abstractmethod
+    def use_policy(self, policy) -> None:
+        """Every party's privacy policy (:class:`~vfl_lightning.algorithms.party_policy.
+        PartyPolicy`) where the parties take it from the server's process; a party in its own
+        process takes its own, which this one can only tighten."""
+
+    def privacy_spent(self) -> list[dict]:
+        """What each party counted of its own releases
+        (:meth:`~vfl_lightning.algorithms.party_budget.PartyBudget.spent`), in party order."""
+        return []
 
     def clean_embeddings(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
         """The noise-free embeddings behind a noisy evaluation (the ``acc_clean`` diagnostic),

@@ -2,7 +2,9 @@
 generators, what it keeps between a message and its update, and its state; the update rules
 (the cut-layer step with FedPBCD's proximal term, an asynchronous client's ZOO or first-order
 step) are the functions below. The local parties hold one :class:`Party` per party (their models
-are the protocol module's submodules) and update them as a group; every Ray actor wraps one."""
+are the protocol module's submodules) and update them as a group; every Ray actor wraps one. Each
+party's :class:`~vfl_lightning.algorithms.party_rules.PartyGuard` holds the rules it enforces on
+the server's calls (its releases, its state, what it applies) and its own privacy budget."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import torch
 from torch import nn
 
 from vfl_lightning.algorithms.parties import PartyGenerators, tensor_digest
+from vfl_lightning.algorithms.party_rules import PartyGuard, checked_gradients
 from vfl_lightning.algorithms.zoo import (
     ZooQuery,
     ZooSettings,
@@ -109,8 +112,10 @@ class Party:
     """Party ``index``: its ``model``, ``optimizer`` (set by whoever builds the optimizers),
     ``generators`` and FedPBCD's ``anchor``; what it keeps between a message and its update (the
     training input ``x`` and its forward ``h``, or an asynchronous client's ZOO ``query``); its
-    state (:meth:`state_dict`). Every update goes through :func:`update_parties` or
-    :func:`client_update`, whether the party is one of the local group or alone in an actor."""
+    state (:meth:`state_dict`); its ``guard`` (:class:`PartyGuard`: a plain protocol under the
+    default policy when None). Every update goes through :func:`update_parties` or
+    :func:`client_update`, whether the party is one of the local group or alone in an actor, and
+    every gradient or answer it applies is checked by its guard first."""
 
     def __init__(
         self,
@@ -118,8 +123,10 @@ class Party:
         model: nn.Module,
         generators: PartyGenerators,
         optimizer: torch.optim.Optimizer | None = None,
+        guard: PartyGuard | None = None,
     ) -> None:
         self.index = int(index)
+        self.guard = guard or PartyGuard(index)
         self.model = model
         self.generators = generators
         self.optimizer = optimizer
@@ -181,13 +188,25 @@ class Party:
     def apply_gradient(self, gradient: torch.Tensor, *, fresh: bool = False, mu: float = 0.0):
         """h.backward(g) of the kept message (``fresh``: recomputed on the kept input with the
         current parameters, a FedBCD local step), FedPBCD's proximal term when ``mu`` > 0, step."""
+        if fresh and self.x is None:
+            raise self.guard.refusal("apply_gradient", "it has no training input to step on")
         embeddings = [self.model(self.x)] if fresh else None
         update_parties([self], [gradient], self.optimization, embeddings=embeddings, mu=mu)
 
     def answer(self, answer: torch.Tensor, optimization: PartyOptimization | None = None) -> None:
         """Finish the update of the last :meth:`client_message` from the server's ``answer``
-        (:func:`client_update`; ``optimization``: the group's, by default this party's own)."""
+        (:func:`client_update`; ``optimization``: the group's, by default this party's own),
+        checked first: dL/dc like the embedding sent, or a ZOO query's 1 + q float64 losses."""
         pending = self.h if self.zoo is None else self.query
+        if self.zoo is None:
+            (answer,) = checked_gradients([self.guard], [answer], [pending], "answer")
+        else:
+            expected = (
+                None
+                if pending is None
+                else pending.perturbed.new_empty(1 + pending.perturbed.shape[0])
+            )
+            (answer,) = checked_gradients([self.guard], [answer], [expected], "answer")
         self.h, self.query = None, None
         client_update(
             optimization or self.optimization, pending, answer, model=self.model, zoo=self.zoo
@@ -204,6 +223,7 @@ class Party:
         self.anchor = [p.detach().clone() for p in self.model.parameters()]
 
     def set_lr_factor(self, factor: float) -> None:
+        self.guard.check_lr_factor(factor)
         scale_lr(self.optimizer, factor)
 
     def digest(self) -> str:
@@ -211,17 +231,22 @@ class Party:
         return tensor_digest(list(self.model.named_parameters())).hexdigest()
 
     def state_dict(self) -> dict:
-        """Model tensors (on the CPU), optimizer state and generator states."""
+        """Model tensors (on the CPU), optimizer state, generator states and its guard's state
+        (last rounds, its budget's counts)."""
         return {
             "model": {k: v.cpu() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
             "generators": self.generators.state_dict(),
+            "guard": self.guard.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Resume from ``state``: refused once the party released anything in this process."""
+        self.guard.check_load()
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generators.load_state_dict(state["generators"])
+        self.guard.load_state_dict(state.get("guard"))
 
 
 def update_parties(
@@ -234,9 +259,13 @@ def update_parties(
 ) -> None:
     """The cut-layer update of every party in ``parties`` from the gradient it received
     (:func:`cut_layer_update` with each party's anchor): through its kept forward, or through
-    ``embeddings`` (a fresh forward of the kept inputs); each party then forgets its forward."""
+    ``embeddings`` (a fresh forward of the kept inputs); each party then forgets its forward.
+    Every gradient is checked by its party's guard first (:func:`checked_gradients`)."""
     if embeddings is None:
         embeddings = [party.h for party in parties]
+    if mu != 0:
+        parties[0].guard.check_mu(mu)
+    gradients = checked_gradients([party.guard for party in parties], gradients, embeddings)
     anchors = [party.anchor for party in parties] if mu > 0 else None
     models = [party.model for party in parties]
     cut_layer_update(optimization, embeddings, gradients, models=models, anchors=anchors, mu=mu)

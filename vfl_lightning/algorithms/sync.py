@@ -77,7 +77,8 @@ class SyncVFL(VFLModule):
         self.zero_server(server_opt)
         self.server_backward(loss)
         gradients = self.send_gradients(fused.grad)
-        self.update_parties(gradients)
+        with self.answering_parties(loss):
+            self.update_parties(gradients)
         self.step_server(server_opt)
         self.wire.end_round()
         return ExchangeRound(loss, logits, fused.detach(), gradients)

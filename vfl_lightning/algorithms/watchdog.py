@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import lightning as L
 import torch
 
-from vfl_lightning.errors import NonFiniteLoss
+from vfl_lightning.errors import NonFiniteLoss, PartyRefusal
 
 
 class NonFiniteWatch(L.LightningModule):
@@ -30,6 +32,20 @@ class NonFiniteWatch(L.LightningModule):
             self._unchecked_losses.append((loss.detach(), self.wire.ledger.rounds - 1))
         if trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
             self.check_finite(parameters=False)
+
+    @contextmanager
+    def answering_parties(self, loss: torch.Tensor) -> Iterator[None]:
+        """The server sends the parties what it computed from ``loss``: a party's refusal of it
+        after the server's own loss of this round went non-finite is the server's divergence,
+        raised as :class:`NonFiniteLoss` naming the round (the refusal chained). The loss is
+        looked at only when a party refused (no host sync otherwise)."""
+        try:
+            yield
+        except PartyRefusal:
+            if not bool(torch.isfinite(loss.detach()).all()):
+                self._unchecked_losses.append((loss.detach(), self.wire.ledger.rounds))
+                self.check_finite(parameters=False)
+            raise
 
     def first_bad_round(self) -> int | None:
         """The first round whose training loss was non-finite (checking the losses kept since

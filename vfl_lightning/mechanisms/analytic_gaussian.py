@@ -68,5 +68,10 @@ class WaitDP:
         self.at_eval = bool(at_eval)
         self.sigma = analytic_gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=2 * clip)
 
+    @property
+    def noise_multiplier(self) -> float:
+        """σ/clip: the Gaussian noise of one element over the rows' L2 clipping bound."""
+        return self.sigma / self.clip
+
     def __call__(self, embedding: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         return privatize_embedding(embedding, clip=self.clip, sigma=self.sigma, generator=generator)

@@ -144,6 +144,10 @@ class Mechanism(ABC):
     noisy: bool = False
     uses_pair_masks = False
     """Whether messages carry secure-aggregation masks (then :meth:`set_pair_seeds` applies)."""
+    noise_multiplier: float | None = None
+    """The noise of one party's release: its per-element standard deviation over the clipping
+    bound, at its smallest over the inputs (None: the release adds no noise). A party's policy
+    compares it with its ``min_noise``."""
     accounting: str | None = None
     """The privacy analysis of this mechanism (``pbm``, ``ldp``; None: no accounting), which the
     accountant applies to :meth:`parameters_state` (it never imports a mechanism)."""

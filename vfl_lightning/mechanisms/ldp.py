@@ -77,6 +77,11 @@ class GaussianLDP(Mechanism):
         )
         return embedding.clamp(-self.C, self.C) + self.sigma * noise
 
+    @property
+    def noise_multiplier(self) -> float:
+        """σ/C: the Gaussian noise over the clipping bound."""
+        return self.sigma / self.C
+
     def encode_party(self, party, embedding, *, generator=None, round=0) -> torch.Tensor:
         return self.perturb(embedding.detach(), generator)
 

@@ -6,6 +6,7 @@ only the sum and dequantizes it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -67,6 +68,12 @@ class PBM(Mechanism):
         self.bits_per_element = ring_bits(self.num_parties, self.b)
         self.masking = PairwiseMasking(self.num_parties, self.bits_per_element, self.seed)
         self._ratios: torch.Tensor | None = None
+
+    @property
+    def noise_multiplier(self) -> float:
+        """The smallest standard deviation of one party's dequantized counts (C/(βb))(q − b/2)
+        over C: √(p(1 − p)/b)/β at the clipped extremes p = 1/2 ± β, √(1/4 − β²)/(β√b)."""
+        return math.sqrt(0.25 - self.beta**2) / (self.beta * math.sqrt(self.b))
 
     @property
     def modulus(self) -> int:

@@ -16,7 +16,7 @@ from vfl_lightning.algorithms.parties import PARTY_SEEDS
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.privacy.analysis.pbm import check_pbm_privacy_parameters
 from vfl_lightning.privacy.callback import PrivacyCallback
-from vfl_lightning.run.runtimes import runtime_class
+from vfl_lightning.run.runtimes import party_policy, runtime_class
 
 
 def check_run_config(cfg: DictConfig) -> None:
@@ -101,6 +101,7 @@ def check_runtime(cfg: DictConfig) -> None:
     runtime = runtime_class(cfg)
     name = runtime_name(cfg)
     party_seeds(cfg)
+    party_policy(cfg)
     algo = get_class(cfg.algo._target_)
     if name not in algo.RUNTIMES:
         raise ConfigError(

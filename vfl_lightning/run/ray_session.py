@@ -13,7 +13,7 @@ from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.run.checks import check_ray_runtime, check_time_scale, party_seeds
-from vfl_lightning.run.runtimes import LocalRuntime
+from vfl_lightning.run.runtimes import LocalRuntime, party_policy
 from vfl_lightning.runtime.party_trust import PartyTrust
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,7 @@ def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
         round_fn=lambda: module.wire.ledger.rounds,
         device_fn=lambda: module.device,
         codec_fn=lambda: module.wire.downlink_codec,
+        policy=party_policy(cfg),
     )
     if module.mechanism.uses_pair_masks:
         module.mechanism.set_pair_seeds({})

@@ -3,6 +3,7 @@ what a failed one keeps, and the strict-JSON atomic write."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -74,6 +75,9 @@ def progress_results(module: VFLModule | None, trainer: L.Trainer | None) -> dic
         results |= {"epochs": int(trainer.current_epoch), "global_step": trainer.global_step}
     if module is not None:
         results |= module.communication_metrics()
+        # a party that cannot answer (its process died) has nothing to add
+        with contextlib.suppress(Exception):
+            results |= module.party_privacy()
     return results
 
 

@@ -39,7 +39,9 @@ class LocalRuntime:
         return datamodule, parties, [int(p.embedding_dim) for p in parties]
 
     def attach(self, cfg: DictConfig, module) -> None:
-        """Connect the built ``module`` to its parties (local: they are its own submodules)."""
+        """Connect the built ``module`` to its parties (local: they are its own submodules, and
+        every one takes the config's ``policy``)."""
+        module.party_side.use_policy(party_policy(cfg))
 
     def stop(self) -> None:
         """Release what :meth:`start` started."""
@@ -73,3 +75,27 @@ def make_runtime(cfg: DictConfig) -> LocalRuntime:
     if runtime is None:
         return cls()
     return instantiate(runtime, _convert_="all")
+
+
+def party_policy(cfg: DictConfig):
+    """The parties' privacy policy of the config's ``policy`` group (the defaults without one),
+    or one ConfigError naming the bad key."""
+    from hydra.utils import instantiate
+
+    from vfl_lightning.algorithms.party_policy import PartyPolicy
+
+    node = cfg.get("policy")
+    if node is None:
+        return PartyPolicy()
+    try:
+        policy = instantiate(node, _convert_="all")
+    except Exception as error:  # Hydra wraps the class's own ConfigError: raise that one line
+        if isinstance(error.__cause__, ConfigError):
+            raise error.__cause__ from None
+        raise
+    if not isinstance(policy, PartyPolicy):
+        raise ConfigError(
+            f"policy._target_ must name {PartyPolicy.__module__}.PartyPolicy, got "
+            f"{node.get('_target_')}"
+        )
+    return policy

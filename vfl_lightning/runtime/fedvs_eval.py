@@ -6,6 +6,7 @@ from __future__ import annotations
 import ray
 import torch
 
+from vfl_lightning.algorithms.party_rules import release_rows
 from vfl_lightning.mechanisms.fedvs import data_bound, segment_rows
 from vfl_lightning.mechanisms.field import field_matmul
 from vfl_lightning.mechanisms.lcc import check_no_wraparound
@@ -17,6 +18,7 @@ def start_coded_evaluation(actor) -> None:
     actor.eval_shares = {}
     actor.eval_models = {}
     actor.eval_generator = None
+    actor.eval_data_shared = set()
 
 
 class CodedEvaluationActor:
@@ -30,7 +32,13 @@ class CodedEvaluationActor:
 
     async def share_eval_data(self, stage: str) -> tuple[int, float]:
         """Share this client's power features of split ``stage`` with every other client;
-        returns (S, max |x| of the split) for the server's overflow check and row map."""
+        returns (S, max |x| of the split) for the server's overflow check and row map. Once
+        per split."""
+        if stage in self.eval_data_shared or stage not in ("val", "test"):
+            raise self.own.guard.refusal(
+                "share_eval_data", f"it shares the data of an evaluation split once, got {stage!r}"
+            )
+        self.eval_data_shared.add(stage)
         x = self.features[stage]
         segment = -(-x.shape[0] // self.codec.K)
         padded = x.new_zeros((self.codec.K * segment, *x.shape[1:]))
@@ -56,7 +64,9 @@ class CodedEvaluationActor:
 
     async def share_eval_model(self, stage: str, exchange: int) -> None:
         """Share the current model for evaluation ``exchange`` of ``stage`` (fresh masks and
-        stochastic rounding from the stage's stream, never the training stream)."""
+        stochastic rounding from the stage's stream, never the training stream); its exchanges
+        strictly increase."""
+        self.own.guard.step("share_eval_model", f"{stage} evaluation exchange", exchange)
         shares = self.codec.client_model_shares(
             self.own.model.weight, generator=self.own.generators.get(stage)
         ).cpu()
@@ -68,7 +78,19 @@ class CodedEvaluationActor:
         self, stage: str, exchange: int, positions: torch.Tensor
     ) -> torch.Tensor:
         """Eq. 5 on the evaluation shares: (|positions|, h) field elements, once every client's
-        model share of the exchange is here (kept for the evaluation's other batches)."""
+        model share of the exchange is here (kept for the evaluation's other batches): the
+        stage's current exchange only; its budget counts the rows whose sum it codes."""
+        guard, counter = self.own.guard, f"{stage} evaluation exchange"
+        if exchange != guard.counters.get(counter) or stage not in self.eval_shares:
+            raise guard.refusal(
+                "coded_eval_embedding",
+                f"it codes only its shared {stage} data at its current exchange "
+                f"{guard.counters.get(counter)}, got {exchange}",
+            )
+        segment = len(self.eval_shares[stage])
+        rows = (torch.arange(self.codec.K)[:, None] * segment + positions.to("cpu")).reshape(-1)
+        rows = rows[rows < len(self.features[stage])]
+        guard.coded_release("coded_eval_embedding", stage, release_rows(rows))
         key = (stage, exchange)
 
         def ready() -> bool:

@@ -53,9 +53,22 @@ def party_state_path(party_dir: str | Path, party: int, run: str, round: int) ->
 
 
 KEPT_ROUNDS = 3
-"""State files a party keeps: the newest three rounds. The server writes its checkpoint in the
-background after the parties saved theirs, so when a run is killed its last complete checkpoint
-can be two saves behind the newest party state, never more."""
+"""State files a party keeps: the newest three rounds. It resumes only from the newest
+(:func:`latest_saved_round`); the two before it stay for its operator (a party's own decision to
+go back, never the server's)."""
+
+
+def latest_saved_round(party_dir: str | Path, party: int, run: str) -> int | None:
+    """The newest round party ``party`` saved for run ``run`` (None: none)."""
+    folder = party_state_path(party_dir, party, run, 0).parent
+    if not folder.is_dir():
+        return None
+    rounds = [
+        int(p.stem.removeprefix("round_"))
+        for p in folder.glob("round_*.pt")
+        if p.stem.removeprefix("round_").isdigit()
+    ]
+    return max(rounds, default=None)
 
 
 def save_party_state(party_dir: str | Path, party: int, run: str, round: int, state: dict) -> Path:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import ray
 import torch
 
+from vfl_lightning.algorithms.party_rules import release_rows
 from vfl_lightning.algorithms.zoo import ZooSettings
 from vfl_lightning.runtime.transport import serialized_bytes
 
@@ -55,27 +56,36 @@ class AsyncPartyMethods:
             raise PermissionError(
                 f"party {self.party} already sent its initial pass: it sends it once a run"
             )
+        rows = release_rows(torch.arange(len(self.features["train"])))
+        self.own.guard.check_release("initial_embeddings", "train", None, rows, None)
         self.initial_pass_done = True
         self.own.model.train(True)
         column = self.own.embedding(self.features["train"], chunk).to("cpu")
+        self.own.guard.commit("initial_embeddings", "train", None, rows, None)
         return column, serialized_bytes(column)
 
     def embed_rows(self, idx: torch.Tensor):
         """(embedding of training rows ``idx`` without gradient, serialized bytes): a refresh."""
+        rows = release_rows(idx)
+        self.own.guard.check_release("embed_rows", "train", None, rows, None)
         self.own.model.train(True)
         out = self.own.embedding(self.features["train"][idx.to(self.device)]).to("cpu")
+        self.own.guard.commit("embed_rows", "train", None, rows, None)
         return out, serialized_bytes(out)
 
     def client_message(self, idx: torch.Tensor, zoo: ZooSettings | None):
         """((c, c_hat), serialized bytes) for training rows ``idx``: a ZOO query in float64
         (c_hat None for a FOO client, whose forward is kept)."""
         generators = self.own.generators
+        rows = release_rows(idx)
+        self.own.guard.check_release("client_message", "train", None, rows, None)
         if self.work_mean_s is not None:
             work_delay(self.work_mean_s, generators.get(DELAY_STREAM))
         x = self.features["train"][idx.to(self.device)]
         self.own.model.train(True)
         generator = None if zoo is None else generators.get("train")
         embedding, perturbed = self.own.client_message(x, zoo, generator)
+        self.own.guard.commit("client_message", "train", None, rows, None)
         if perturbed is None:
             message = (embedding.to("cpu"), None)
         else:

@@ -13,6 +13,8 @@ import torch
 
 from vfl_lightning.algorithms.fedvs_parties import FedVSParties
 from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.algorithms.party_policy import PartyPolicy
+from vfl_lightning.algorithms.party_rules import ReleaseNoise, release_rows
 from vfl_lightning.mechanisms.analytic_gaussian import WaitDP
 from vfl_lightning.mechanisms.fedvs import FedVSCodec, data_bound
 from vfl_lightning.mechanisms.field import field_matmul
@@ -21,6 +23,7 @@ from vfl_lightning.runtime.fedvs_eval import (
     CodedEvaluationParties,
     start_coded_evaluation,
 )
+from vfl_lightning.runtime.party_actors import embed_release, wire_message
 from vfl_lightning.runtime.party_trust import PartyTrust
 from vfl_lightning.runtime.ray_parties import PartyActor, RayParties
 from vfl_lightning.runtime.share_channel import Mailbox
@@ -60,8 +63,12 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         trust: PartyTrust,
         code: dict,
         dp: WaitDP | None,
+        *,
+        coded: bool = True,
+        policy: PartyPolicy | None = None,
     ) -> None:
-        super().__init__(factory, party, num_threads, trust)
+        noise = ReleaseNoise(dp=dp, coded=coded)
+        super().__init__(factory, party, num_threads, trust, policy=policy, noise=noise)
         self.codec = FedVSCodec(**code)
         self.dp = dp
         self.num_clients = self.codec.num_clients
@@ -99,13 +106,15 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
         )
 
     def send(self, idx: torch.Tensor, stage: str, round: int | None):
-        """(embedding of rows ``idx``, serialized bytes) for the server's evaluation, with
-        Wait-DP's noise when ``at_eval``."""
-        out, nbytes = super().send(idx, stage, round)
-        if self.dp is None or not self.dp.at_eval:
-            return out, nbytes
-        noisy = self.dp(out.to(self.device), self.own.generators.get(stage)).to("cpu")
-        return noisy, serialized_bytes(noisy)
+        """(embedding of rows ``idx``, serialized bytes) for the server's evaluation of the plain
+        baselines, with Wait-DP's noise when ``at_eval`` (its guard refuses a coded client)."""
+        dp = self.dp if self.dp is not None and (stage == "train" or self.dp.at_eval) else None
+        noise = None if dp is None else dp.noise_multiplier
+        out, commit = embed_release(self, "send", idx, stage, round, noise)
+        if dp is not None:
+            out = dp(out, self.own.generators.get(stage))
+        commit()
+        return wire_message(self, out)
 
     # ------------------------------------------------------------- data shares (once)
     async def share_data(self) -> tuple[int, int]:
@@ -132,7 +141,9 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
     # ------------------------------------------------------------- one round
     async def share_model(self, exchange: int, delay_s: float) -> int:
         """Lines 14-20: quantize (stochastic rounding), share, and after ``delay_s`` real
-        seconds send one share to every other client; returns the serialized bytes sent."""
+        seconds send one share to every other client; returns the serialized bytes sent.
+        Exchanges strictly increase."""
+        self.own.guard.step("share_model", "exchange", exchange)
         shares = self.codec.client_model_shares(
             self.own.model.weight, generator=self.own.generators.get("train")
         ).cpu()
@@ -151,7 +162,14 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
     ) -> torch.Tensor:
         """Lines 21-24: once every client's model share of ``exchange`` is here, the coded
         embedding (eq. 5) of the batch ``positions``, (|B|, h) field elements, returned after
-        ``delay_s`` real seconds."""
+        ``delay_s`` real seconds: once per exchange, exchanges strictly increasing."""
+        guard = self.own.guard
+        if self.data_shares is None:
+            raise guard.refusal("coded_embedding", "it has shared no data to code")
+        guard.step("coded_embedding", "coded exchange", exchange)
+        segment = len(self.data_shares)
+        rows = torch.arange(self.codec.K)[:, None] * segment + positions.to("cpu")
+        guard.coded_release("coded_embedding", "train", release_rows(rows))
         await self.mail.wait_for(
             lambda: len(self.model_inbox.get(exchange, ())) == self.num_clients
         )
@@ -165,6 +183,7 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
     def update(self, idx: torch.Tensor, gradient: torch.Tensor) -> None:
         """Lines 32-35: back-propagate (1/N) dL/dH through the plaintext embedding of rows
         ``idx``, step, project."""
+        self.own.guard.check_rows("update", "train", release_rows(idx))
         self.own.model.train()
         x = self.features["train"][idx.to(self.device)]
         self.own.keep(x, self.own.forward(x))
@@ -174,12 +193,18 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
     # ------------------------------------------------------------- Wait / Ignore
     async def plain_embedding(self, exchange: int, idx: torch.Tensor, delay_s: float):
         """The plain embedding of rows ``idx`` (with Wait-DP's noise for Wait-DP; kept for
-        :meth:`update_plain`), returned after ``delay_s`` real seconds."""
+        :meth:`update_plain`), returned after ``delay_s`` real seconds. A coded client's guard
+        refuses it; exchanges strictly increase."""
+        guard, rows = self.own.guard, release_rows(idx)
+        noise = None if self.dp is None else self.dp.noise_multiplier
+        guard.check_release("plain_embedding", "train", None, rows, noise)
+        guard.step("plain_embedding", "exchange", exchange)
         self.own.model.train()
         x = self.features["train"][idx.to(self.device)]
         h = self.own.forward(x)
         if self.dp is not None:
             h = self.dp(h, self.own.generators.get("train"))
+        guard.commit("plain_embedding", "train", None, rows, noise)
         self.own.keep(x, h)
         self.plain = exchange
         await asyncio.sleep(delay_s)
@@ -188,6 +213,10 @@ class FedVSPartyActor(CodedEvaluationActor, PartyActor):
     def update_plain(self, exchange: int, gradient: torch.Tensor, used: int) -> None:
         """Back-propagate dL/dH / ``used`` through the embedding sent in ``exchange``, step,
         project."""
+        if isinstance(used, bool) or not isinstance(used, int) or not 1 <= used <= self.num_clients:
+            raise self.own.guard.refusal(
+                "update_plain", f"the clients used are 1..{self.num_clients}, got {used!r}"
+            )
         kept = self.plain
         if kept != exchange:
             raise RuntimeError(
@@ -236,8 +265,16 @@ class RayFedVSParties(CodedEvaluationParties, RayParties, FedVSParties):
 
     def start_actor(self, factory, party, threads, options):
         actor = ray.remote(FedVSPartyActor).options(**options)
+        code = code_parameters(self.codec)
         return actor.remote(
-            factory, party, threads, self.trust, code_parameters(self.codec), self.dp
+            factory,
+            party,
+            threads,
+            self.trust,
+            code,
+            self.dp,
+            coded=self.coded_eval,
+            policy=self.policy,
         )
 
     def _gather(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:

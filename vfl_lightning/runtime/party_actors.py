@@ -1,0 +1,250 @@
+"""The party side of ``runtime=ray``: one actor per party, wrapping one
+:class:`~vfl_lightning.algorithms.party.Party` (its model, optimizer, generators, updates, state
+and guard, the code the local parties run), encoding its messages with the same ``mechanisms/``
+code; an actor class per protocol family, whose methods are exactly the calls that family
+makes."""
+
+from __future__ import annotations
+
+import ray
+import torch
+
+from vfl_lightning.algorithms.parties import PartyGenerators, private_seed
+from vfl_lightning.algorithms.party import Party
+from vfl_lightning.algorithms.party_budget import PartyBudget
+from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.algorithms.party_policy import PartyPolicy
+from vfl_lightning.algorithms.party_rules import (
+    PartyGuard,
+    ReleaseNoise,
+    mechanism_noise,
+    release_rows,
+)
+from vfl_lightning.algorithms.release_canaries import release_canaries
+from vfl_lightning.errors import ConfigError
+from vfl_lightning.mechanisms.identity import SignedPublicKey
+from vfl_lightning.runtime.party_state import (
+    latest_saved_round,
+    load_party_state,
+    party_state_path,
+    save_party_state,
+)
+from vfl_lightning.runtime.party_trust import PartyKeys, PartyTrust
+from vfl_lightning.runtime.ray_async import AsyncPartyMethods
+from vfl_lightning.runtime.transport import serialized_bytes, wire_dtype
+from vfl_lightning.wire.codecs import decode_form
+from vfl_lightning.wire.frames import FrameError, decode_frame
+
+SPLITS = ("train", "val", "test")
+
+
+class PartyActor:
+    """Party ``party`` of the run, built by the run's picklable :class:`PartyFactory`: the calls
+    every protocol family makes of a party (key agreement, messages for a batch, evaluation
+    streams, parameter digest, its own state files). A family's own calls are in its subclass
+    (:class:`SyncPartyActor`, :class:`~vfl_lightning.runtime.ray_async.AsyncPartyActor`,
+    :class:`~vfl_lightning.runtime.ray_fedvs.FedVSPartyActor`): Ray exposes every method of an
+    actor class to whoever holds its handle, so an actor has no method its protocol does not call,
+    and none returns a clean embedding behind a noisy release, a generator state or a parameter.
+
+    The factory loads only this party's columns of each split (its own party file, or its slice
+    of the built-in data module: no labels, no other party's columns); builds the party models in
+    the local run's order under the run's seed and keeps its own (so initial parameters equal the
+    local runtime's); builds its optimizer and mechanism. The actor wraps them in its ``own``
+    :class:`~vfl_lightning.algorithms.party.Party` (the class the local parties hold) and passes
+    on only the calls below: the party's other methods and its kept forward stay inside. A
+    masking mechanism starts with no pair seed (never the ones derived from the run's seed): the
+    party masks nothing, so sends nothing, before :meth:`agree`. ``trust``: where its stream seeds
+    come from (``party_seeds=private``: drawn here, never sent; then torch's global generator is
+    reseeded the same way once the model is built), its own directory ``trust.folder(party)`` (its state files,
+    :mod:`~vfl_lightning.runtime.party_state`, and identity key) and its keys
+    (:class:`~vfl_lightning.runtime.party_trust.PartyKeys`: a fresh X25519 key signed by its
+    identity key).
+
+    Its ``own`` party's :class:`~vfl_lightning.algorithms.party_rules.PartyGuard` enforces the
+    party's rules on every call (rows of its own splits only) and its own privacy policy: the
+    ``policy.yaml`` in its own directory (:meth:`PartyPolicy.of_party`), which ``policy``, the
+    server's proposal, can only tighten. ``noise``: what its protocol adds to its releases
+    (default: its mechanism's).
+    """
+
+    def __init__(
+        self,
+        factory: PartyFactory,
+        party: int,
+        num_threads: int,
+        trust: PartyTrust,
+        *,
+        policy: PartyPolicy | None = None,
+        noise: ReleaseNoise | None = None,
+    ) -> None:
+        torch.set_num_threads(num_threads)
+        self.party = int(party)
+        self.trust = trust
+        gpus = ray.get_gpu_ids() if ray.is_initialized() else []
+        self.device = torch.device("cuda" if gpus else "cpu")
+        kit = factory.party(self.party, self.device)
+        self.features, self.mechanism = kit.features, kit.mechanism
+        if self.mechanism.uses_pair_masks:
+            self.mechanism.set_pair_seeds({})
+        generators = PartyGenerators(
+            factory.seed, self.party, self.device, party_seeds=trust.party_seeds
+        )
+        self.unusable: ConfigError | None = None
+        try:
+            own_policy = PartyPolicy.of_party(trust.folder(self.party), policy)
+        except ConfigError as error:  # answered to the server's first call, in one line
+            own_policy, self.unusable = PartyPolicy(allow_clean=False), error
+        budget = PartyBudget(
+            self.party, own_policy, self.mechanism, embedding_dim=kit.model.embedding_dim
+        )
+        guard = PartyGuard(
+            self.party,
+            noise or ReleaseNoise(self.mechanism),
+            budget,
+            split_sizes={stage: int(x.shape[0]) for stage, x in self.features.items()},
+        )
+        self.own = Party(self.party, kit.model, generators, kit.optimizer, guard)
+        self.own.canaries = release_canaries(
+            kit.canary_records, self.party, self.mechanism, len(self.features["train"])
+        )
+        if generators.private:
+            torch.manual_seed(private_seed())
+        self.keys = PartyKeys(trust, self.party)
+        self.run = trust.run
+        self.bits = self.mechanism.bits_per_element
+
+    def publish_key(self, run_id: str) -> tuple[bytes, SignedPublicKey]:
+        """(identity public key, X25519 public key signed for ``run_id``); a party whose own
+        policy file cannot be used refuses here, naming it."""
+        if self.unusable is not None:
+            raise self.unusable
+        return self.keys.publish(run_id)
+
+    def agree(self, run_id: str, identities: list[bytes], relayed: list[SignedPublicKey]) -> None:
+        """Verify every peer's relayed key against its pinned identity, then derive this party's
+        pair seeds (secure aggregation); a substituted key raises, naming its party."""
+        seeds = self.keys.pair_seeds(run_id, identities, relayed)
+        if self.mechanism.uses_pair_masks:
+            self.mechanism.set_pair_seeds(seeds)
+
+    def send(self, idx: torch.Tensor, stage: str, round: int | None):
+        """(message, serialized bytes): this party's release of rows ``idx`` of the stage, encoded
+        by its mechanism at release ``round``, as its guard allows (``round`` None, the plain
+        embedding, only where its protocol adds no noise at that stage)."""
+        noise = None if round is None else mechanism_noise(self.mechanism)
+        out, commit = embed_release(self, "send", idx, stage, round, noise)
+        if round is not None:
+            out = self.mechanism.encode_party(
+                self.party, out, generator=self.own.generators.get(stage), round=round
+            )
+        commit()
+        return wire_message(self, out)
+
+    def restart_stream(self, stage: str, release: int) -> None:
+        self.own.guard.restart(stage, release)
+        self.own.generators.restart(stage, release)
+
+    def party_digest(self) -> str:
+        """SHA-256 (hex) of this party's own named parameters: what the server learns of them
+        (results.json's ``model_digest``), no parameter."""
+        return self.own.digest()
+
+    def privacy_spent(self) -> dict:
+        """What this party counted of its own releases (its feature ε at its policy's δ, its
+        most-released rows): numbers, no row."""
+        return self.own.guard.budget.spent()
+
+    def save_state(self, round: int) -> None:
+        """Write this party's state (model, optimizer, generators, guard) for the server
+        checkpoint of ``round``, its current round (its guard refuses another), into its own
+        directory (its root, the run's folder)."""
+        self.own.guard.check_save(round)
+        save_party_state(self.trust.root(), self.party, self.run, round, self.own.state_dict())
+
+    def load_state(self, run: str, round: int) -> str:
+        """Restore the state this party saved in its own directory for ``round`` of run ``run``
+        (a run key: 32 hex digits naming a folder of its own, no path), tensors and plain values
+        only (``weights_only``), and save into that run's folder from then on; "" or why it
+        cannot. Its guard refuses a load after its first release, and any round but the newest
+        it saved for that run."""
+        root = self.trust.root()
+        self.own.guard.check_load()
+        try:
+            latest = latest_saved_round(root, self.party, run)
+            path = party_state_path(root, self.party, run, round)
+        except ValueError as error:
+            return f"party {self.party} refuses to resume: {error}"
+        if latest is not None and path.is_file() and int(round) != latest:
+            raise self.own.guard.refusal(
+                "load_state",
+                f"it resumes only from the newest state it saved for run {run}, round {latest}, "
+                f"not round {round}",
+            )
+        state, problem = load_party_state(root, self.party, run, round)
+        if state is not None:
+            self.own.load_state_dict(state)
+            self.run = run
+        return problem
+
+
+def embed_release(actor: PartyActor, call: str, idx: torch.Tensor, stage: str, round, noise):
+    """(``actor``'s embedding of rows ``idx`` of ``stage``, what records the release): its guard
+    checks the release first; a training forward is kept for its update once recorded. A
+    function, not a method: Ray would expose a method to every handle."""
+    if stage not in SPLITS:
+        raise ValueError(f"party {actor.party} embeds rows of {SPLITS}, not {stage!r}")
+    rows = release_rows(idx)
+    own = actor.own
+    own.guard.check_release(call, stage, round, rows, noise)
+    x = actor.features[stage][idx.to(actor.device)]
+    training = stage == "train"
+    own.model.train(training)
+    if training:
+        h = own.forward(x)
+        out = own.training_release(idx, h.detach())
+    else:
+        out = own.embedding(x)
+
+    def commit() -> None:
+        own.guard.commit(call, stage, round, rows, noise)
+        if training:
+            own.keep(x, h)
+
+    return out, commit
+
+
+def wire_message(actor: PartyActor, out: torch.Tensor):
+    """(``out`` as it travels, serialized bytes): ring elements in their smallest dtype."""
+    dtype = wire_dtype(actor.bits) if out.dtype == torch.int64 else None
+    out = out.to("cpu", dtype) if dtype is not None else out.to("cpu")
+    return out, serialized_bytes(out)
+
+
+class SyncPartyActor(PartyActor):
+    """A party of the synchronous family (splitnn, fedsgd, the FedBCD family, pbm, ldp, npq):
+    besides the common calls, the backward of its last training message, FedPBCD's anchor and
+    the FedBCD family's learning-rate schedule."""
+
+    def apply_gradient(self, gradient: bytes, fresh: bool, mu: float) -> None:
+        """Decode the gradient's downlink form (a frame: float32, or a sparsified gradient's
+        top-k entries) in this process, then the update (its guard checks it)."""
+        try:
+            form = decode_frame(gradient, {"gradient": "list"}, "gradient")["gradient"]
+            decoded = decode_form(form, ("dense", "topk"))
+        except FrameError as error:
+            raise PermissionError(
+                f"party {self.party} refuses a malformed gradient: {error}"
+            ) from None
+        self.own.apply_gradient(decoded.to(self.device), fresh=fresh, mu=mu)
+
+    def set_anchor(self) -> None:
+        self.own.set_anchor()
+
+    def set_lr_factor(self, factor: float) -> None:
+        self.own.set_lr_factor(factor)
+
+
+class AsyncPartyActor(AsyncPartyMethods, PartyActor):
+    """A party of the asynchronous family (cascade, zoo_vfl, syn_zoo_vfl, vafl): the common calls
+    and the family's (:class:`~vfl_lightning.runtime.ray_async.AsyncPartyMethods`)."""
