@@ -121,8 +121,7 @@ class FedVSFamily(VFLModule):
         )
         self.K, self.T = K, T
         self.weight_bound = float(weight_bound)
-        self.deadline_s = deadline_s
-        self.on_shortfall = on_shortfall
+        self.deadline_s, self.on_shortfall = deadline_s, on_shortfall
         self.data_sharing_on_clock = data_sharing_on_clock
         self.ignore_waits_for = ignore_waits_for
         self.dp = dp

@@ -229,6 +229,10 @@ class GrpcParties(Parties):
     def restart_stream(self, stage, release):
         self.send_all("RestartStream", {"stage": stage, "release": int(release)})
 
+    def use_policy(self, policy):
+        """Each party program keeps the policy of its own configuration; the server's is not
+        sent."""
+
     def party_digests(self):
         return [reply["digest"] for reply in self.call_all("Digest", {})]
 
