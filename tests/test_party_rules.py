@@ -22,8 +22,15 @@ from vfl_lightning.run.ray_session import party_trust
 from vfl_lightning.runtime.ray_fedvs import FedVSPartyActor, code_parameters
 from vfl_lightning.runtime.ray_parties import SyncPartyActor
 from vfl_lightning.train import build
+from vfl_lightning.wire.codecs import Codec
+from vfl_lightning.wire.frames import encode_frame
 
 ROWS = torch.arange(16)
+
+
+def framed(gradient: torch.Tensor) -> bytes:
+    """A gradient in the downlink form the server sends an actor (a frame of its codec)."""
+    return encode_frame({"gradient": Codec().encode(gradient)})
 
 
 def setup(make_cfg, tmp_path, *overrides):
@@ -67,7 +74,7 @@ def test_rollback_is_refused_and_a_push_then_release_carries_fresh_ldp_noise(mak
     with pytest.raises(PartyRefusal, match="^party 0 refused load_state: it loads state only to"):
         party.load_state(party.run, 0)
     for _ in range(3):
-        party.apply_gradient(torch.full_like(first, -1e6), True, 0.0)
+        party.apply_gradient(framed(torch.full_like(first, -1e6)), True, 0.0)
     pushed = clipped_embedding(party, ROWS)
     assert torch.equal(pushed.abs(), torch.ones_like(pushed))  # the server knows it: ±C
     with pytest.raises(PartyRefusal, match="strictly increase within each stream"):
@@ -214,14 +221,14 @@ def test_a_crafted_gradient_is_refused_before_it_is_applied(make_cfg, tmp_path, 
     before = party.party_digest()
     h, _ = party.send(ROWS, "train", 0)
     with pytest.raises(PartyRefusal, match=f"^party 0 refused apply_gradient: .*{message}"):
-        party.apply_gradient(craft(torch.ones_like(h)), False, 0.0)
+        party.apply_gradient(framed(craft(torch.ones_like(h))), False, 0.0)
     assert party.party_digest() == before
     for fresh, mu in ((True, float("nan")), (False, -1.0)):
         with pytest.raises(PartyRefusal, match="proximal weight mu"):
-            party.apply_gradient(torch.ones_like(h), fresh, mu)
+            party.apply_gradient(framed(torch.ones_like(h)), fresh, mu)
     with pytest.raises(PartyRefusal, match=r"learning-rate factor is in \(0, 1\]"):
         party.set_lr_factor(1e6)
-    party.apply_gradient(torch.ones_like(h) * 1e-3, False, 0.0)
+    party.apply_gradient(framed(torch.ones_like(h) * 1e-3), False, 0.0)
     assert party.party_digest() != before
 
 
@@ -245,9 +252,9 @@ def test_a_huge_gradient_is_refused_or_clipped_by_the_party_policy(make_cfg, tmp
     huge[5] = 1e6
     if action == "refuse":
         with pytest.raises(PartyRefusal, match=r"row has L2 norm 4e\+06, above its .*policy"):
-            party.apply_gradient(huge, False, 0.0)
+            party.apply_gradient(framed(huge), False, 0.0)
         return
-    party.apply_gradient(huge, False, 0.0)
+    party.apply_gradient(framed(huge), False, 0.0)
     clipped = huge.clone()
     clipped[5] *= 2.0 / huge[5].norm()
     alone.guard.budget.policy = type(alone.guard.policy)()
