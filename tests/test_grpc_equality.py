@@ -1,7 +1,7 @@
 """runtime=grpc with derived seeds is the local run bit for bit, for every protocol family: the
 server and M party programs on 127.0.0.1 (test certificates, ephemeral ports); and the bytes on
-the server's sockets are the ledger's within 10 % for pbm, npq and splitnn (slow; pbm alone in the
-default suite, tests/test_grpc_runtime.py)."""
+the server's sockets are the ledger's within 10 % for pbm, npq and splitnn (slow; pbm with two
+parties in the default suite, tests/test_grpc_runtime.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ SHORT = ["trainer.max_epochs=2", "trainer.limit_train_batches=6", "trainer.limit
 @pytest.mark.parametrize(
     "overrides",
     [
+        ["algo=pbm", "data.batch_size=64"],
         ["algo=npq", "data.batch_size=64"],
         ["algo=splitnn", "data.batch_size=64"],
         ["algo=fedbcd", "trainer.max_steps=60"],
@@ -25,7 +26,7 @@ SHORT = ["trainer.max_epochs=2", "trainer.limit_train_batches=6", "trainer.limit
         ["experiment=fedvs_digits"],
         ["algo=npq", "data.active_party=true"],
     ],
-    ids=["npq", "splitnn", "fedbcd", "cascade", "fedvs", "active_party"],
+    ids=["pbm", "npq", "splitnn", "fedbcd", "cascade", "fedvs", "active_party"],
 )
 def test_grpc_with_derived_seeds_is_the_local_run(tmp_path, overrides):
     local, remote, _ = run_both(tmp_path, [*overrides, *SHORT])
@@ -33,7 +34,7 @@ def test_grpc_with_derived_seeds_is_the_local_run(tmp_path, overrides):
     assert remote["model_digest"] == local["model_digest"]
     for key in ("comm/uplink_mb", "comm/downlink_mb", "comm/rounds", "time/simulated_s"):
         assert remote[key] == local[key], key
-    if overrides[0] in ("algo=npq", "algo=splitnn"):
+    if overrides[0] in ("algo=pbm", "algo=npq", "algo=splitnn"):
         ratio = remote["comm/socket_mb"] / remote["comm/total_mb"]
         assert 0.9 <= ratio <= 1.1, (remote["comm/socket_mb"], remote["comm/total_mb"])
 

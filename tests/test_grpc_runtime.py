@@ -22,9 +22,10 @@ def run_both(tmp_path, common: list[str]) -> tuple[dict, dict, object]:
 
 
 def test_pbm_over_grpc_is_the_local_run_and_its_sockets_carry_the_ledger(tmp_path):
-    local, remote, deployment = run_both(
-        tmp_path, ["algo=pbm", "trainer.max_epochs=2", "data.batch_size=64"]
-    )
+    """Two party programs (4 on digits: tests/test_grpc_equality.py, slow)."""
+    common = ["algo=pbm", "data=breast_cancer", "data.num_parties=2", "trainer.max_epochs=2"]
+    local, remote, deployment = run_both(tmp_path, [*common, "data.batch_size=64"])
+    assert len(deployment.parties) == 2
     assert remote["status"] == "finished" and remote["runtime"] == "grpc"
     assert remote["model_digest"] == local["model_digest"]
     for key in ("comm/uplink_mb", "comm/downlink_mb", "comm/rounds", "val/acc", "test/acc"):
