@@ -3,6 +3,7 @@
 import hydra
 from omegaconf import DictConfig
 
+from vfl_lightning.cli import hydra_command_line
 from vfl_lightning.cli import main as run
 
 
@@ -12,4 +13,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    with hydra_command_line():
+        main()

@@ -14,13 +14,8 @@ import pytest
 import torch
 from conftest import CONF_DIR, assert_same_training_state, stop_at
 
-from vfl_lightning.checkpoints import (
-    TEMPORARY_NAME,
-    AtomicCheckpointIO,
-    LastCheckpoint,
-    atomic_torch_save,
-    remove_stale_temporaries,
-)
+from vfl_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint, atomic_torch_save
+from vfl_lightning.files import TEMPORARY_NAME, remove_stale_temporaries
 from vfl_lightning.train import train
 
 ROOT = Path(CONF_DIR).parent

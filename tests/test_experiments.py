@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 
 from vfl_lightning.data import datasets
 from vfl_lightning.data.raw import RawDataset
-from vfl_lightning.run.schema import META_KEYS, target_parameters
+from vfl_lightning.run.key_index import target_parameters
+from vfl_lightning.run.schema import META_KEYS
 from vfl_lightning.train import train
 
 EXPERIMENTS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))

@@ -24,7 +24,7 @@ LIGHT_MODULES = (
 )
 
 LAYERS = (
-    ("errors",),
+    ("errors", "files"),
     ("seeding",),
     ("optim",),
     (
@@ -66,7 +66,7 @@ NEVER = {
 Attacks may use a mechanism's math (the FedVS collusion attack decodes Lagrange shares)."""
 
 REPORT_MAY_IMPORT = ("report", "curve", "privacy.analysis", "privacy.parameters")
-ONLY_STDLIB = {"errors": (), "seeding": ("torch",)}
+ONLY_STDLIB = {"errors": (), "files": (), "seeding": ("torch",)}
 """Modules that import nothing of the library and, beyond the standard library, only these."""
 
 

@@ -132,7 +132,7 @@ def test_multirun_failed_job_is_one_line_and_the_sweep_goes_on(tmp_path, monkeyp
             runpy.run_path(str(ROOT / "train.py"), run_name="__main__")
     finally:
         GlobalHydra.instance().clear()
-    assert stop.value.code == 1
+    assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.count("error: seed must be an integer in [0, 2^32 - 1], got -1") == 2  # job, sweep

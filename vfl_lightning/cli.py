@@ -1,28 +1,32 @@
-"""The command line's task function: run train(cfg), and turn a configuration error or a stated
-run failure into one line ``error: ...`` (exit 2 or 1) instead of a traceback."""
+"""The command line's task function: check the config before torch and Lightning are imported
+(:mod:`vfl_lightning.run.early`), then run train(cfg); a configuration error or a stated run
+failure becomes one line ``error: ...`` (exit 2 or 1) instead of a traceback. This module imports
+neither torch nor Lightning: ``python train.py --help`` and a refused config answer in a second."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from vfl_lightning.run.outcome import RUN_LOG_ONLY, error_summary, exit_code
-from vfl_lightning.run.train import train
-from vfl_lightning.search import objective
+from vfl_lightning.errors import ConfigError
+from vfl_lightning.files import write_results
+from vfl_lightning.run.early import check_early
+from vfl_lightning.run.hydra_cli import FailedJob, hydra_command_line
+from vfl_lightning.run.outcome import RUN_LOG_ONLY, error_summary
 
+__all__ = ["FailedJob", "OutputDirCheck", "main", "hydra_command_line"]
 
-class FailedJob(CompactHydraException):
-    """A multirun job's one-line error: Hydra goes on with the sweep and, at its end, reports
-    the first failed job by this message alone (no traceback)."""
+log = logging.getLogger(__name__)
 
 
 class RunLogOnly(logging.Filter):
@@ -112,20 +116,61 @@ def _multirun() -> bool:
         return False
 
 
+def fail(line: str, code: int) -> None:
+    """Print ``line`` and exit ``code``; in a multirun raise it as :class:`FailedJob` so Hydra
+    records the job as failed and goes on."""
+    print(line, file=sys.stderr)
+    if _multirun():
+        raise FailedJob(line, code) from None
+    sys.exit(code)
+
+
+def refuse_early(cfg: DictConfig, started: float) -> None:
+    """:func:`check_early`; a refusal is written to results.json (``status: failed``) and the
+    run's log, and raised."""
+    try:
+        check_early(cfg)
+    except ConfigError as error:
+        output_dir = Path(str(OmegaConf.select(cfg, "paths.output_dir", default="") or "."))
+        results = {
+            "status": "failed",
+            "algo": OmegaConf.select(cfg, "algo.name", default=None),
+            "seed": cfg.get("seed"),
+            "error": error_summary(error),
+            "time/wall_s": time.perf_counter() - started,
+        }
+        log.error("run failed: %s", results["error"], extra=RUN_LOG_ONLY)
+        with contextlib.suppress(OSError):
+            output_dir.mkdir(parents=True, exist_ok=True)
+        if output_dir.is_dir() and os.access(output_dir, os.W_OK):
+            write_results(output_dir / "results.json", results)
+            log.info("results: %s", output_dir / "results.json", extra=RUN_LOG_ONLY)
+        raise
+
+
 def main(cfg: DictConfig) -> float | None:
     """Train; return ``optimized_metric`` for sweepers. ``HYDRA_FULL_ERROR=1`` keeps tracebacks;
     in a multirun the line is printed and raised as :class:`FailedJob` so Hydra records the job
     as failed and goes on. Under ``trainer=ddp`` rank 0 alone prints the results lines."""
+    started = time.perf_counter()
     keep_run_log_records_off_the_console()
+    full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    try:
+        refuse_early(cfg, started)
+    except ConfigError as error:
+        if full_error:
+            raise
+        fail(f"error: {error_summary(error)}", 2)
+
+    from vfl_lightning.run.outcome import exit_code
+    from vfl_lightning.run.train import train
+    from vfl_lightning.search import objective
+
     try:
         results = train(cfg)
     except Exception as error:
         code = exit_code(error)
-        if code is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
+        if code is None or full_error:
             raise
-        line = f"error: {error_summary(error)}"
-        print(line, file=sys.stderr)
-        if _multirun():
-            raise FailedJob(line) from None
-        sys.exit(code)
+        fail(f"error: {error_summary(error)}", code)
     return objective(cfg, results)

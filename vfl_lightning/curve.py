@@ -9,7 +9,7 @@ from pathlib import Path
 
 import lightning as L
 
-from vfl_lightning.checkpoints import atomic_write_bytes
+from vfl_lightning.files import atomic_write_bytes
 
 AXES = ("epoch", "global_step", "comm/rounds", "comm/total_mb", "time/simulated_s")
 EPS_AXIS = "privacy/feature_eps"
@@ -93,7 +93,7 @@ class CurveWriter(L.Callback):
         return fixed + sorted(seen - set(fixed))
 
     def write(self) -> None:
-        """Write every row to ``path`` atomically (:func:`~vfl_lightning.checkpoints.atomic_write_bytes`:
+        """Write every row to ``path`` atomically (:func:`~vfl_lightning.files.atomic_write_bytes`:
         a locked temporary file renamed into place, which a resume can tell from a live write),
         without waiting for the disk: the rows are also in every checkpoint (:meth:`state_dict`),
         the durable record a resume rewrites the curve from."""

@@ -1,9 +1,10 @@
-"""Refusals that happen before anything trains, one ConfigError line each: the seed, threads,
-precision, the output directory, the runtime and what ``runtime=ray`` runs (before anything is
-built), and what the privacy accountant can account (once the mechanism is built)."""
+"""Refusals that happen before anything trains, one ConfigError line each: the output directory,
+the runtime and what ``runtime=ray`` runs (before anything is built), and what the privacy
+accountant can account (once the mechanism is built)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Callable
@@ -17,21 +18,6 @@ from vfl_lightning.errors import ConfigError
 from vfl_lightning.privacy.analysis.pbm import check_pbm_privacy_parameters
 from vfl_lightning.privacy.callback import PrivacyCallback
 from vfl_lightning.run.runtimes import party_policy, runtime_class
-
-
-def check_run_config(cfg: DictConfig) -> None:
-    """Refusals that must happen before anything is built (one ConfigError each)."""
-    seed = cfg.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ConfigError(f"seed must be an integer in [0, 2^32 - 1], got {seed!r}")
-    threads = cfg.get("torch_threads")
-    if threads is not None and (
-        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
-    ):
-        raise ConfigError(f"torch_threads must be an integer >= 1 or null, got {threads!r}")
-    speedups = cfg.get("lightning_speedups", True)
-    if not isinstance(speedups, bool):
-        raise ConfigError(f"lightning_speedups must be true or false, got {speedups!r}")
 
 
 def check_output_dir(output_dir: Path) -> None:
@@ -116,7 +102,11 @@ def check_ray_runtime(cfg: DictConfig, algo: type) -> None:
     """What ``runtime=ray`` refuses: its time scale, party directory, the asynchronous family's
     options it does not run, and a multi-process trainer."""
     check_time_scale(cfg.runtime.get("time_scale"))
-    check_party_dir(cfg.runtime.get("party_dir"), cfg.get("paths", {}).get("output_dir"))
+    check_party_dir(
+        cfg.runtime.get("party_dir"),
+        cfg.get("paths", {}).get("output_dir"),
+        on_this_machine=cfg.runtime.get("address") is None,
+    )
     check_ray_options(algo, cfg.algo)
     check_ray_evaluation_release(cfg.get("mechanism") or {}, cfg.algo.get("dp"))
     strategy = cfg.trainer.get("strategy")
@@ -165,9 +155,13 @@ def check_ray_evaluation_release(mechanism, dp=None) -> None:
         )
 
 
-def check_party_dir(party_dir, output_dir: str | None = None) -> None:
+def check_party_dir(
+    party_dir, output_dir: str | None = None, *, on_this_machine: bool = False
+) -> None:
     """``runtime.party_dir``: null (each party's machine names its directory) or a directory path
-    (made if missing) outside the server's run directory ``output_dir``."""
+    outside the server's run directory ``output_dir``; with ``on_this_machine`` (Ray started here,
+    so the parties write here) one that can be made and written, checked before any party
+    starts."""
     if party_dir is None:
         return
     if not isinstance(party_dir, str) or not party_dir.strip() or Path(party_dir).is_file():
@@ -181,6 +175,35 @@ def check_party_dir(party_dir, output_dir: str | None = None) -> None:
             f"server reads everything there), got {party_dir!r}; null lets each party's machine "
             "name its own"
         )
+    problem = on_this_machine and unwritable(Path(party_dir))
+    if problem:
+        raise ConfigError(
+            f"runtime.party_dir={party_dir} cannot be used: {problem}; choose a directory you can "
+            "write, or runtime.party_dir=null (each party's machine names its own)"
+        )
+
+
+def unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be made (``mkdir -p``) and written, or None: the folders it lacks are
+    made and removed again, so nothing is left behind."""
+    made = []
+    path = path.absolute()
+    try:
+        for folder in reversed([path, *path.parents]):
+            if not folder.exists():
+                folder.mkdir()
+                made.append(folder)
+        if not path.is_dir():
+            return f"{path} is a file, not a directory"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"{path} is not writable"
+    except OSError as error:
+        return " ".join(str(error).split())
+    finally:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return None
 
 
 def check_ray_options(algo_class: type, algo) -> None:

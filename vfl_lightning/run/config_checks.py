@@ -1,5 +1,6 @@
-"""Refusals that need only the composed config (accelerator, precision, optimizer, validation split,
-data parallelism): one ConfigError each, before anything is built or any process is started."""
+"""Refusals that need only the composed config and the classes it names (every ``_target_``
+imports, the protocol class, accelerator, precision, optimizer, validation split, data
+parallelism): one ConfigError each, before anything is built or any process is started."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig
 
+from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.parallel import FederationDDPStrategy
 from vfl_lightning.run.checks import algos_with
+from vfl_lightning.run.early import target_nodes
+from vfl_lightning.run.key_index import locate
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 SINGLE_PROCESS_STRATEGIES = (None, "auto", "single_device")
@@ -20,13 +24,41 @@ SINGLE_PROCESS_STRATEGIES = (None, "auto", "single_device")
 
 def check_config(cfg: DictConfig) -> None:
     """Every check of this module, in the order a user would fix them."""
-    algo = get_class(cfg.algo._target_)
+    check_targets(cfg)
+    algo = protocol_class(cfg)
     check_accelerator(cfg.trainer.get("accelerator", "auto"))
     algo.check_precision(cfg.trainer.get("precision", "32-true"))
     check_optimizer(cfg.optimizer)
     check_validation_split(cfg)
     check_data_parallel(cfg, algo)
     check_audit_data(cfg)
+
+
+def check_targets(cfg: DictConfig) -> None:
+    """Every ``_target_`` names something that imports."""
+    for path, target in target_nodes(cfg):
+        try:
+            locate(target)
+        except Exception as error:
+            reason = " ".join(str(error).split()) or type(error).__name__
+            raise ConfigError(
+                f"{path}._target_={target} cannot be imported ({reason}): check the spelling, or "
+                "install the package that provides it (or add its folder to PYTHONPATH)"
+            ) from None
+
+
+def protocol_class(cfg: DictConfig) -> type[VFLModule]:
+    """The class ``algo._target_`` names: a protocol (a :class:`VFLModule`)."""
+    target = cfg.algo._target_
+    found = locate(target)
+    if not (isinstance(found, type) and issubclass(found, VFLModule)):
+        kind = "a class" if isinstance(found, type) else f"a {type(found).__name__}"
+        raise ConfigError(
+            f"algo._target_={target} is {kind}, not a protocol (a subclass of "
+            f"{VFLModule.__module__}.VFLModule, e.g. vfl_lightning.algorithms.SyncVFL): name "
+            "your protocol class there, or choose a shipped one with algo=NAME"
+        )
+    return found
 
 
 def check_accelerator(accelerator) -> None:

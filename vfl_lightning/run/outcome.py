@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 from hydra.errors import HydraException, InstantiationException
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf.errors import OmegaConfBaseException
 
 from vfl_lightning.errors import RunFailure
@@ -18,10 +17,18 @@ CONFIG_ERRORS = (
     OSError,
     HydraException,
     OmegaConfBaseException,
-    MisconfigurationException,
 )
-"""Raised by validators, by a config that combines options a class does not take, by Hydra,
-OmegaConf and Lightning's Trainer arguments, and by unreadable or unwritable paths: exit 2."""
+"""Raised by validators, by a config that combines options a class does not take, by Hydra and
+OmegaConf, and by unreadable or unwritable paths: exit 2 (so are Lightning's Trainer arguments,
+:func:`config_errors`)."""
+
+
+def config_errors() -> tuple[type[BaseException], ...]:
+    """:data:`CONFIG_ERRORS` and Lightning's ``MisconfigurationException`` (imported here: this
+    module is read by the command line before Lightning is)."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    return (*CONFIG_ERRORS, MisconfigurationException)
 
 
 def root_cause(error: BaseException) -> BaseException:
@@ -44,7 +51,7 @@ def exit_code(error: BaseException) -> int | None:
     cause = root_cause(error)
     if isinstance(cause, RunFailure):
         return 1
-    if isinstance(cause, CONFIG_ERRORS):
+    if isinstance(cause, config_errors()):
         return 2
     return None
 

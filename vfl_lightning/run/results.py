@@ -1,19 +1,16 @@
 """results.json: what a finished run reports (protocol, metrics, totals, callbacks' results),
-what a failed one keeps, and the strict-JSON atomic write."""
+and what a failed one keeps (written by :func:`vfl_lightning.files.write_results`)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
-from pathlib import Path
 
 import lightning as L
 from omegaconf import DictConfig
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.party_factory import chosen_configs
-from vfl_lightning.checkpoints import LastCheckpoint, atomic_write_bytes
+from vfl_lightning.checkpoints import LastCheckpoint
 from vfl_lightning.run.checks import party_seeds, runtime_name
 
 
@@ -79,20 +76,3 @@ def progress_results(module: VFLModule | None, trainer: L.Trainer | None) -> dic
         with contextlib.suppress(Exception):
             results |= module.party_privacy()
     return results
-
-
-def strict_json(value):
-    """``value`` with every non-finite float replaced by None (strict JSON has no NaN/Infinity)."""
-    if isinstance(value, dict):
-        return {str(k): strict_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [strict_json(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def write_results(path: Path, results: dict) -> None:
-    """results.json, strict JSON, replaced atomically."""
-    text = json.dumps(strict_json(results), indent=2, sort_keys=True, allow_nan=False)
-    atomic_write_bytes(text.encode(), path)

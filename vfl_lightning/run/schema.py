@@ -2,8 +2,9 @@
 every key is one the shipped configs or the class it configures know, no value is left unset
 (``???``), and every value has the type and range its key takes.
 
-Known keys: a node with a ``_target_`` takes the parameters of its class
-(:func:`target_parameters`, so ``+optimizer.nesterov=true`` or ``+trainer.num_nodes=2`` pass) and
+Known keys: a node with a ``_target_`` takes the parameters of its class (from the key index,
+:mod:`vfl_lightning.run.key_index`, or for a class of your own its signature, so
+``+optimizer.nesterov=true`` or ``+trainer.num_nodes=2`` pass) and
 the keys config files set for it; ``callbacks`` and ``logger`` take any name whose node has a
 ``_target_`` (or is null); every other key must appear in a config file under the config
 directories. Types: a key whose every shipped default is
@@ -13,15 +14,14 @@ a boolean takes a boolean, one whose every default is a number a number, a strin
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from hydra.utils import get_class, get_method
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vfl_lightning.errors import ConfigError
+from vfl_lightning.run.key_index import NOT_INDEXED, indexed_parameters, target_parameters
 from vfl_lightning.run.schema_rules import RANGES, is_int, is_number
 
 META_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
@@ -91,34 +91,6 @@ def shipped_defaults(folders: tuple[Path, ...]) -> dict[str, list]:
     return found
 
 
-@lru_cache(maxsize=64)
-def target_parameters(target: str) -> frozenset[str] | None:
-    """The keyword parameters ``target`` takes: a function's own; a class's ``__init__`` and, while
-    this project's ``__init__``s pass ``**kwargs`` on, those of its bases in MRO order. None (any
-    key) when ``**kwargs`` go to another library (e.g. W&B's ``init``) or the target cannot be
-    imported (instantiation will say why)."""
-    try:
-        found = get_class(target)
-    except Exception:
-        try:
-            found = get_method(target)
-        except Exception:
-            return None
-    if inspect.isclass(found):
-        chain = [(k, k.__dict__["__init__"]) for k in found.__mro__ if "__init__" in k.__dict__]
-    else:
-        chain = [(found, found)]
-    names: set[str] = set()
-    for owner, function in chain:
-        parameters = inspect.signature(function).parameters.values()
-        names |= {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
-            break
-        if not owner.__module__.startswith("vfl_lightning."):
-            return None
-    return frozenset(names - {"self"})
-
-
 def check_missing(node: DictConfig, prefix: str = "") -> None:
     """Refuse a value left as ``???`` anywhere in the config."""
     for key in node:
@@ -140,19 +112,30 @@ def _unknown(path: str, allowed: Iterable[str], where: str) -> ConfigError:
     )
 
 
-def check_target_node(path: str, node: DictConfig, known: dict[str, list]) -> None:
+def keys_with_imports(target: str):
+    """The keys ``target`` takes: from the key index, else from its signature (imports it)."""
+    keys = indexed_parameters(target)
+    return target_parameters(target) if keys is NOT_INDEXED else keys
+
+
+def check_target_node(
+    path: str, node: DictConfig, known: dict[str, list], keys_of: Callable = keys_with_imports
+) -> None:
     """A key the node's class does not take is refused unless a config file sets it (for another
     choice of the group: then the class's own refusal names the configs that set it)."""
-    parameters = target_parameters(str(node.get("_target_")))
-    if parameters is None:
+    parameters = keys_of(str(node.get("_target_")))
+    if parameters is None or parameters is NOT_INDEXED:
         return
     for key in node:
         if key not in META_KEYS and key not in parameters and f"{path}.{key}" not in known:
             raise _unknown(f"{path}.{key}", parameters, f"{path} ({node.get('_target_')})")
 
 
-def check_keys(cfg: DictConfig, known: dict[str, list]) -> None:
-    """Refuse a key neither a config file nor the class its node configures knows."""
+def check_keys(
+    cfg: DictConfig, known: dict[str, list], keys_of: Callable = keys_with_imports
+) -> None:
+    """Refuse a key neither a config file nor the class its node configures knows (``keys_of``:
+    the keys a ``_target_`` takes; :data:`NOT_INDEXED` skips its node)."""
     roots = {k.split(".")[0] for k in known}
     for key in cfg:
         if key not in roots:
@@ -161,7 +144,7 @@ def check_keys(cfg: DictConfig, known: dict[str, list]) -> None:
         if not isinstance(node, DictConfig) or node._is_none():
             continue
         if "_target_" in node:
-            check_target_node(str(key), node, known)
+            check_target_node(str(key), node, known, keys_of)
         elif key in CONTAINERS:
             for name in node:
                 item = node._get_node(name)
@@ -171,7 +154,7 @@ def check_keys(cfg: DictConfig, known: dict[str, list]) -> None:
                             f"{key}.{name} needs a _target_ (the class to instantiate), got "
                             f"keys {sorted(item)}; or set {key}.{name}=null to leave it out"
                         )
-                    check_target_node(f"{key}.{name}", item, known)
+                    check_target_node(f"{key}.{name}", item, known, keys_of)
         else:
             inside = {k[len(key) + 1 :].split(".")[0] for k in known if k.startswith(f"{key}.")}
             for name in node:
@@ -260,9 +243,11 @@ def check_epochs(trainer) -> None:
     )
 
 
-def check_schema(cfg: DictConfig) -> None:
-    """Every check of this module: unset values, unknown keys, types and ranges."""
+def check_schema(cfg: DictConfig, *, imports: bool = True) -> None:
+    """Every check of this module: unset values, unknown keys, types and ranges. ``imports=False``
+    reads the keys of classes from the key index alone and leaves a ``_target_`` it does not hold
+    to the later check (nothing is imported: the command line runs it before torch)."""
     check_missing(cfg)
     known = shipped_defaults(tuple(config_dirs()))
-    check_keys(cfg, known)
+    check_keys(cfg, known, keys_with_imports if imports else indexed_parameters)
     check_values(cfg, known)

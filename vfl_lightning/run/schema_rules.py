@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from vfl_lightning.data.partition import PARTITIONS
-from vfl_lightning.models.encoders import ACTIVATIONS
+from vfl_lightning.run.key_index import choices
 
 
 def is_int(value) -> bool:
@@ -121,10 +120,10 @@ RANGES: dict[str, tuple[Callable, str]] = {
     "data.val_fraction": number(0, 1, high_open=True),
     "data.test_fraction": number(0, 1, high_open=True),
     "data.scaling": choice("standard", "none"),
-    "data.partition": choice_or_dotted(*sorted(PARTITIONS)),
+    "data.partition": choice_or_dotted(*choices("partitions")),
     "party.embedding_dim": integer(1),
-    "party.activation": choice(*ACTIVATIONS),
-    "party.output_activation": choice(*ACTIVATIONS),
+    "party.activation": choice(*choices("activations")),
+    "party.output_activation": choice(*choices("activations")),
     "trainer.devices": (
         devices,
         "an integer >= 1, -1 (every device), 'auto', or device indices ([0, 1] or '0,1')",

@@ -13,14 +13,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.curve import CurveWriter
+from vfl_lightning.files import write_results
 from vfl_lightning.run.assemble import build_in_data_dir, make_callbacks, make_loggers, make_trainer
-from vfl_lightning.run.checks import (
-    check_accounting,
-    check_output_dir,
-    check_run_config,
-    check_runtime,
-)
+from vfl_lightning.run.checks import check_accounting, check_output_dir, check_runtime
 from vfl_lightning.run.config_checks import check_config
+from vfl_lightning.run.early import check_early
 from vfl_lightning.run.outcome import (
     RUN_LOG_ONLY,
     error_summary,
@@ -29,12 +26,7 @@ from vfl_lightning.run.outcome import (
     interrupted,
 )
 from vfl_lightning.run.process import freeze_import_time_objects, prepare_process
-from vfl_lightning.run.results import (
-    finished_results,
-    logged_metrics,
-    progress_results,
-    write_results,
-)
+from vfl_lightning.run.results import finished_results, logged_metrics, progress_results
 from vfl_lightning.run.resume import check_resume, protocol_config
 from vfl_lightning.run.runtimes import LocalRuntime, make_runtime
 from vfl_lightning.run.schema import check_schema
@@ -60,7 +52,7 @@ def train(cfg: DictConfig) -> dict:
     refused = False
     try:
         check_output_dir(output_dir)
-        check_run_config(cfg)
+        check_early(cfg)
         check_schema(cfg)
         check_config(cfg)
         check_runtime(cfg)

@@ -155,8 +155,8 @@ class RayParties(AsyncRayMethods, Parties):
             for party, ref in zip(parties or range(len(refs)), refs, strict=True):
                 try:
                     ray.get(ref)
-                except RayActorError:
-                    raise self.lost(party, what) from error
+                except RayActorError as died:
+                    raise self.lost(party, what, died) from error
             raise
         except RayTaskError as error:
             raise refusal(error) from None
@@ -166,15 +166,26 @@ class RayParties(AsyncRayMethods, Parties):
         try:
             return ray.get(ref)
         except RayActorError as error:
-            raise self.lost(party, what) from error
+            raise self.lost(party, what, error) from error
         except RayTaskError as error:
             raise refusal(error) from None
 
-    def lost(self, party: int, what: str) -> PartyLost:
+    def lost(self, party: int, what: str, error: RayActorError | None = None) -> PartyLost:
+        """The one line for a party whose actor died: the error that stopped it when it failed
+        to start, and resuming only once a training round has run."""
+        round = self.round_fn()
+        cause = ""
+        if error is not None and error.actor_init_failed:
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            cause = f": it failed to start ({lines[-1]})" if lines else ": it failed to start"
+        resume = (
+            "; the run stopped, its last checkpoint (if one was written) is intact: resume with "
+            "ckpt_path=<run dir>/checkpoints/last.ckpt"
+            if round > 0
+            else "; the run stopped before training"
+        )
         return PartyLost(
-            f"party {party}'s Ray actor died at training round {self.round_fn()} ({what}); the "
-            "run stopped, its last checkpoint is intact (resume with "
-            "ckpt_path=<run dir>/checkpoints/last.ckpt)"
+            f"party {party}'s Ray actor died at training round {round} ({what}){cause}{resume}"
         )
 
     def send(self, xs, idx, *, stage, round):

@@ -1,0 +1,137 @@
+"""The key index (vfl_lightning/run/key_index.json) agrees with the code, and the early check that
+reads it refuses what the full check refuses, without torch or Lightning."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vfl_lightning.errors import ConfigError
+from vfl_lightning.run import key_index
+from vfl_lightning.run.early import EVALUATION_METRICS, check_early
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_key_index_matches_the_code():
+    stored = json.loads(key_index.INDEX_FILE.read_text())
+    changes = key_index.differences(stored, key_index.build())
+    assert not changes, (
+        "vfl_lightning/run/key_index.json disagrees with the code:\n  "
+        + "\n  ".join(changes)
+        + f"\nrun `{key_index.COMMAND}` and commit the file"
+    )
+
+
+def test_a_disagreement_names_the_key_and_the_target():
+    built = key_index.build()
+    stale = json.loads(json.dumps(built))
+    stale["targets"]["vfl_lightning.mechanisms.PBM"].remove("beta")
+    stale["targets"]["torch.optim.SGD"].append("nesterov_typo")
+    del stale["targets"]["vfl_lightning.wire.Network"]
+    stale["targets"]["my.Gone"] = ["x"]
+    stale["choices"]["partitions"].remove("views")
+    assert key_index.differences(stale, built) == [
+        "vfl_lightning.wire.Network is named by a config but missing from the key index",
+        "my.Gone is in the key index but no config names it",
+        "torch.optim.SGD no longer takes nesterov_typo, which the key index lists",
+        "vfl_lightning.mechanisms.PBM takes beta, which the key index lacks",
+        "partitions: 'views' is only in the code",
+    ]
+
+
+def test_a_new_target_in_a_config_folder_is_indexed(tmp_path):
+    (tmp_path / "algo").mkdir()
+    (tmp_path / "algo" / "mine.yaml").write_text(
+        "_target_: vfl_lightning.callbacks.TargetTracker\nnested:\n  _target_: torch.optim.SGD\n"
+    )
+    (tmp_path / "hydra").mkdir()
+    (tmp_path / "hydra" / "x.yaml").write_text("_target_: not.Indexed\n")
+    index = key_index.build([tmp_path])
+    assert sorted(index["targets"]) == ["torch.optim.SGD", "vfl_lightning.callbacks.TargetTracker"]
+    assert index["targets"]["vfl_lightning.callbacks.TargetTracker"] == [
+        "metric",
+        "mode",
+        "stop",
+        "value",
+    ]
+
+
+def test_a_class_passing_kwargs_to_another_library_takes_any_key():
+    assert key_index.load()["targets"]["vfl_lightning.loggers.WandbLogger"] is None
+    assert key_index.indexed_parameters("vfl_lightning.loggers.WandbLogger") is None
+    assert key_index.indexed_parameters("my_package.Mine") is key_index.NOT_INDEXED
+
+
+def test_locate_names_the_missing_part():
+    assert key_index.locate("os.path.join") is os.path.join
+    with pytest.raises(ImportError, match="no module named 'nonexistent'"):
+        key_index.locate("nonexistent.Module")
+    with pytest.raises(ImportError, match="module 'os' has no attribute 'nope'"):
+        key_index.locate("os.nope")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["+data.bach_size=8"], r"^data.bach_size is not a config key \(data \(vfl_lightning"),
+        (["optimizer.lr=-1"], r"^optimizer.lr must be a finite number >= 0, got -1$"),
+        (["data.batch_size=abc"], r"^data.batch_size must be an integer >= 1, got 'abc'$"),
+        (["party.activation=gelu"], r"^party.activation must be one of \('none', 'relu'"),
+        (["data.partition=diagonal"], r"^data.partition must be one of \('even', 'explicit'"),
+        (["seed=-1"], r"^seed must be an integer in \[0, 2\^32 - 1\], got -1$"),
+        (
+            ["optimized_metric=val/nonexistent"],
+            r"^optimized_metric=val/nonexistent is not a metric runs log \(val/ has val/acc, "
+            r"val/acc_clean, val/auroc, val/auprc, val/loss; auroc and auprc with binary labels "
+            r"only\): choose one of them$",
+        ),
+        (["optimized_metric=val/accuracy"], r"did you mean optimized_metric=val/acc\?$"),
+        (["target.metric=test/aucroc"], r"^target.metric=test/aucroc .*did you mean .*test/auroc"),
+        (
+            ["algo._target_=nonexistent.Module"],
+            r"^algo._target_=nonexistent.Module cannot be imported: there is no module named "
+            r"'nonexistent': check the spelling, or install the package",
+        ),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_the_early_check_refuses(make_cfg, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        check_early(make_cfg(*overrides))
+
+
+def test_every_experiment_passes_the_early_check(make_cfg):
+    for experiment in sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")):
+        check_early(make_cfg(f"experiment={experiment}"))
+
+
+def test_evaluation_metrics_are_what_runs_log(make_cfg):
+    """Every ``val/`` and ``test/`` metric of a binary and a multiclass run is one the early check
+    accepts (a noisy mechanism adds ``acc_clean``)."""
+    from vfl_lightning.train import train
+
+    fast = ["trainer.max_steps=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1"]
+    logged = set()
+    for overrides in (["algo=ldp"], ["experiment=npq_breast_cancer"]):
+        results = train(make_cfg(*fast, *overrides))
+        logged |= {k.split("/", 1)[1] for k in results if k.split("/")[0] in ("val", "test")}
+    assert logged == set(EVALUATION_METRICS)
+
+
+def test_the_command_line_module_imports_neither_torch_nor_lightning():
+    script = (
+        "import sys, vfl_lightning.cli, vfl_lightning.run.early, vfl_lightning.run.hydra_cli\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'lightning', "
+        "'pytorch_lightning', 'numpy', 'ray', 'wandb', 'matplotlib', 'torchmetrics', 'scipy'}))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.strip() == "[]"

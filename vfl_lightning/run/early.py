@@ -1,0 +1,95 @@
+"""The checks a composed config gets before torch and Lightning are imported (the command line runs
+them first, so a bad key or value is answered in about a second): the seed and process options,
+every key, type and range (:mod:`vfl_lightning.run.schema` on the key index), the metrics named for
+sweepers and targets, and that every ``_target_``'s package exists. One ConfigError line each."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+
+from omegaconf import DictConfig
+
+from vfl_lightning.errors import ConfigError
+from vfl_lightning.run.key_index import NOT_INDEXED, indexed_parameters
+from vfl_lightning.run.schema import check_schema
+
+EVALUATION_METRICS = ("acc", "acc_clean", "auroc", "auprc", "loss")
+"""What every validation and test logs under ``val/`` and ``test/``: ``loss`` and ``acc``;
+``auroc`` and ``auprc`` for binary labels; ``acc_clean`` where the server input is noisy."""
+
+
+def check_early(cfg: DictConfig) -> None:
+    """Every check of this module, in the order a user would fix them."""
+    check_run_config(cfg)
+    check_schema(cfg, imports=False)
+    check_metric_names(cfg)
+    check_target_packages(cfg)
+
+
+def check_run_config(cfg: DictConfig) -> None:
+    """``seed``, ``torch_threads`` and ``lightning_speedups``."""
+    seed = cfg.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed must be an integer in [0, 2^32 - 1], got {seed!r}")
+    threads = cfg.get("torch_threads")
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise ConfigError(f"torch_threads must be an integer >= 1 or null, got {threads!r}")
+    speedups = cfg.get("lightning_speedups", True)
+    if not isinstance(speedups, bool):
+        raise ConfigError(f"lightning_speedups must be true or false, got {speedups!r}")
+
+
+def check_metric_names(cfg: DictConfig) -> None:
+    """``optimized_metric`` (what a sweeper optimizes) and ``target.metric``: a ``val/`` or
+    ``test/`` name must be one a validation or test logs (:data:`EVALUATION_METRICS`)."""
+    target = cfg.get("target") or {}
+    for key, value in (
+        ("optimized_metric", cfg.get("optimized_metric")),
+        ("target.metric", target.get("metric")),
+    ):
+        if value is None and key == "optimized_metric":
+            continue
+        if not isinstance(value, str) or "/" not in value:
+            raise ConfigError(
+                f"{key} must be a logged metric's name, e.g. val/acc or train/acc, got {value!r}"
+            )
+        stage, _, name = value.partition("/")
+        if stage in ("val", "test") and name not in EVALUATION_METRICS:
+            names = [f"{stage}/{n}" for n in EVALUATION_METRICS]
+            close = [n for n in names if value.startswith(n) or n.startswith(value)]
+            close = close or difflib.get_close_matches(value, names, n=1)
+            fix = f"did you mean {key}={close[0]}?" if close else "choose one of them"
+            raise ConfigError(
+                f"{key}={value} is not a metric runs log ({stage}/ has {', '.join(names)}; auroc "
+                f"and auprc with binary labels only): {fix}"
+            )
+
+
+def target_nodes(node: DictConfig, prefix: str = ""):
+    """``(dotted path, _target_)`` of every node that names a class, at any depth."""
+    for key in node:
+        value = node._get_node(key)
+        if isinstance(value, DictConfig) and not value._is_none():
+            path = f"{prefix}{key}"
+            target = value.get("_target_")
+            if isinstance(target, str):
+                yield path, target
+            yield from target_nodes(value, f"{path}.")
+
+
+def check_target_packages(cfg: DictConfig) -> None:
+    """A ``_target_`` outside the key index must at least name a package that is installed
+    (its class is imported and checked after torch)."""
+    for path, target in target_nodes(cfg):
+        if indexed_parameters(target) is not NOT_INDEXED:
+            continue
+        package = target.split(".")[0]
+        if not package or importlib.util.find_spec(package) is None:
+            raise ConfigError(
+                f"{path}._target_={target} cannot be imported: there is no module named "
+                f"{package!r}: check the spelling, or install the package that provides it (or "
+                "add its folder to PYTHONPATH)"
+            )
