@@ -5,12 +5,14 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import sys
 from pathlib import Path
 
 import hydra
 import lightning as L
 import pytest
 import torch
+from absl import logging as absl_logging
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -22,6 +24,11 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 # 2-core CI machine; subprocesses (CLI, multirun tests) inherit it through the environment.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+# absl (imported by dp_accounting) keeps a logging handler on the stderr of its import time, and
+# closes that stream when logging shuts every handler down, as Hydra's per-job logging config does:
+# under pytest's capture that stream is pytest's own capture file. The real stderr it never closes.
+absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 QUIET = [
     "logger=none",
@@ -56,8 +63,6 @@ def algo_report_config(algo: str) -> dict:
 def run_train_py(argv: list[str]) -> None:
     """``python train.py <argv>`` in this process: the root train.py's task function under
     ``hydra.main`` (add ``-m`` to the argv for a multirun)."""
-    import sys
-
     from vfl_lightning.cli import main as cli_main
 
     main = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(cli_main)
