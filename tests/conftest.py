@@ -78,9 +78,9 @@ def run_train_py(argv: list[str]) -> None:
 
 class StopAt(L.Callback):
     """Stops a run before batch ``batch`` of epoch ``epoch``: ``how`` = ``error`` (an exception),
-    ``interrupt`` (Ctrl-C), ``kill`` (SIGKILL to this process: kill -9, no cleanup at all) or
-    ``poison`` (a NaN head weight, so training itself must notice and stop); with ``job``, only
-    in that job of a multirun (``hydra.job.num``).
+    ``interrupt`` (Ctrl-C), ``sigterm`` (SIGTERM to this process), ``kill`` (SIGKILL to this
+    process: kill -9, no cleanup at all) or ``poison`` (a NaN head weight, so training itself must
+    notice and stop); with ``job``, only in that job of a multirun (``hydra.job.num``).
     Used as ``+callbacks.stop._target_=conftest.StopAt`` (subprocesses add tests/ to the path)."""
 
     def __init__(self, epoch: int, batch: int, how: str = "error", job: int | None = None) -> None:
@@ -101,6 +101,9 @@ class StopAt(L.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
         if self.how == "interrupt":
             raise KeyboardInterrupt
+        if self.how == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         if self.how == "poison":  # the run goes on with a NaN weight: its next loss is NaN
             with torch.no_grad():
                 next(pl_module.head.parameters()).view(-1)[0] = float("nan")

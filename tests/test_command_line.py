@@ -261,3 +261,64 @@ def test_help_lists_what_hydras_own_help_lists(new_user, monkeypatch, capsys):
     # the first line names the app: train (the root train.py) or cli (the test's task function)
     assert ours.splitlines()[1:] == hydras.splitlines()[1:]
     assert "algo: cascade, fedbcd," in ours and "\ndebug: fdr, limit\n" in ours
+
+
+@pytest.mark.parametrize(
+    ("party_dir", "reason"),
+    [
+        ("/proc/x/parties", r"\[Errno 2\] No such file or directory: '/proc/x'"),
+        ("/etc/hostname/parties", r"\[Errno 20\] Not a directory: '/etc/hostname/parties'"),
+    ],
+)
+def test_a_party_dir_that_cannot_be_made_is_refused_before_ray_starts(
+    make_cfg, monkeypatch, party_dir, reason
+):
+    from vfl_lightning.run import ray_session
+    from vfl_lightning.train import train
+
+    def start_ray(cfg):
+        raise AssertionError("Ray started")
+
+    monkeypatch.setattr(ray_session, "start_ray", start_ray)
+    cfg = make_cfg("algo=npq", "runtime=ray", f"runtime.party_dir={party_dir}")
+    with pytest.raises(
+        Exception, match=rf"^runtime.party_dir={party_dir} cannot be used: {reason};"
+    ):
+        train(cfg)
+
+
+def test_checking_a_party_dir_leaves_nothing_behind(tmp_path):
+    from vfl_lightning.run.checks import unwritable
+
+    assert unwritable(tmp_path / "a" / "b" / "c") is None
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("")
+    assert unwritable(tmp_path / "file") == f"{tmp_path / 'file'} is a file, not a directory"
+
+
+@pytest.mark.parametrize(("round", "resume"), [(0, False), (6, True)])
+def test_a_party_that_fails_to_start_names_the_cause_and_no_checkpoint(round, resume):
+    from types import SimpleNamespace
+
+    from ray.exceptions import RayActorError
+
+    from vfl_lightning.runtime.ray_parties import RayParties
+
+    died = RayActorError(
+        error_msg="The actor died because of an error raised in its creation task\n"
+        "Traceback (most recent call last):\n  ...\n"
+        "PermissionError: [Errno 13] Permission denied: '/srv/parties/party_0'",
+        actor_init_failed=True,
+    )
+    parties = SimpleNamespace(round_fn=lambda: round)
+    line = str(RayParties.lost(parties, 0, "key setup", died))
+    assert line.startswith(
+        f"party 0's Ray actor died at training round {round} (key setup): it failed to start "
+        "(PermissionError: [Errno 13] Permission denied: '/srv/parties/party_0')"
+    )
+    assert ("ckpt_path=" in line) is resume
+    assert line.endswith(
+        "resume with ckpt_path=<run dir>/checkpoints/last.ckpt"
+        if resume
+        else "the run stopped before training"
+    )

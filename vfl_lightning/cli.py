@@ -1,6 +1,6 @@
 """The command line's task function: check the config before torch and Lightning are imported
-(:mod:`vfl_lightning.run.early`), then run train(cfg); a configuration error or a stated run
-failure becomes one line ``error: ...`` (exit 2 or 1) instead of a traceback. This module imports
+(:mod:`vfl_lightning.run.early`), then run train(cfg); a configuration error, a stated run
+failure or SIGTERM becomes one line ``error: ...`` (exit 2, 1 or 143) instead of a traceback. This module imports
 neither torch nor Lightning: ``python train.py --help`` and a refused config answer in a second."""
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from vfl_lightning.errors import ConfigError
+from vfl_lightning.errors import ConfigError, Terminated
 from vfl_lightning.files import write_results
 from vfl_lightning.run.early import check_early
 from vfl_lightning.run.hydra_cli import FailedJob, hydra_command_line
-from vfl_lightning.run.outcome import RUN_LOG_ONLY, error_summary
+from vfl_lightning.run.outcome import RUN_LOG_ONLY, error_summary, exit_code
+from vfl_lightning.run.signals import EXIT_CODE as SIGTERM_EXIT_CODE
+from vfl_lightning.run.signals import sigterm_stops_the_run
 
 __all__ = ["FailedJob", "OutputDirCheck", "main", "hydra_command_line"]
 
@@ -125,49 +127,58 @@ def fail(line: str, code: int) -> None:
     sys.exit(code)
 
 
-def refuse_early(cfg: DictConfig, started: float) -> None:
-    """:func:`check_early`; a refusal is written to results.json (``status: failed``) and the
-    run's log, and raised."""
-    try:
-        check_early(cfg)
-    except ConfigError as error:
-        output_dir = Path(str(OmegaConf.select(cfg, "paths.output_dir", default="") or "."))
-        results = {
-            "status": "failed",
-            "algo": OmegaConf.select(cfg, "algo.name", default=None),
-            "seed": cfg.get("seed"),
-            "error": error_summary(error),
-            "time/wall_s": time.perf_counter() - started,
-        }
-        log.error("run failed: %s", results["error"], extra=RUN_LOG_ONLY)
-        with contextlib.suppress(OSError):
-            output_dir.mkdir(parents=True, exist_ok=True)
-        if output_dir.is_dir() and os.access(output_dir, os.W_OK):
-            write_results(output_dir / "results.json", results)
-            log.info("results: %s", output_dir / "results.json", extra=RUN_LOG_ONLY)
-        raise
+def record(cfg: DictConfig, status: str, error: str, started: float) -> None:
+    """results.json and the run's log for a run that stopped before :func:`train` took over."""
+    output_dir = Path(str(OmegaConf.select(cfg, "paths.output_dir", default="") or "."))
+    results = {
+        "status": status,
+        "algo": OmegaConf.select(cfg, "algo.name", default=None),
+        "seed": cfg.get("seed"),
+        "error": error,
+        "time/wall_s": time.perf_counter() - started,
+    }
+    log.error("run %s: %s", status, error, extra=RUN_LOG_ONLY)
+    with contextlib.suppress(OSError):
+        output_dir.mkdir(parents=True, exist_ok=True)
+    if output_dir.is_dir() and os.access(output_dir, os.W_OK):
+        write_results(output_dir / "results.json", results)
+        log.info("results: %s", output_dir / "results.json", extra=RUN_LOG_ONLY)
 
 
 def main(cfg: DictConfig) -> float | None:
     """Train; return ``optimized_metric`` for sweepers. ``HYDRA_FULL_ERROR=1`` keeps tracebacks;
     in a multirun the line is printed and raised as :class:`FailedJob` so Hydra records the job
-    as failed and goes on. Under ``trainer=ddp`` rank 0 alone prints the results lines."""
+    as failed and goes on. SIGTERM ends the run (and a multirun) with its one line, exit code
+    143. Under ``trainer=ddp`` rank 0 alone prints the results lines."""
+    with sigterm_stops_the_run():
+        return _main(cfg)
+
+
+def _main(cfg: DictConfig) -> float | None:
     started = time.perf_counter()
     keep_run_log_records_off_the_console()
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     try:
-        refuse_early(cfg, started)
+        check_early(cfg)
     except ConfigError as error:
+        record(cfg, "failed", error_summary(error), started)
         if full_error:
             raise
         fail(f"error: {error_summary(error)}", 2)
-
-    from vfl_lightning.run.outcome import exit_code
-    from vfl_lightning.run.train import train
-    from vfl_lightning.search import objective
-
     try:
+        from vfl_lightning.run.train import train
+        from vfl_lightning.search import objective
+
         results = train(cfg)
+    except Terminated as stop:
+        line = str(stop)
+        if not line:  # before train() took over
+            line = "stopped by SIGTERM before training started: results.json has status interrupted"
+            record(cfg, "interrupted", line, started)
+        if full_error:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(SIGTERM_EXIT_CODE)
     except Exception as error:
         code = exit_code(error)
         if code is None or full_error:

@@ -24,3 +24,9 @@ class PartyLost(RunFailure):
 class PartyRefusal(RunFailure):
     """A party refused a call of the server: the message names the party, the call and the rule it
     enforces (its protocol's next step, or its own privacy budget)."""
+
+
+class Terminated(BaseException):
+    """The process received SIGTERM: the run stops where it is, records ``status: interrupted``
+    in results.json, and the command line prints this message in one line (exit code 143). A
+    BaseException, as KeyboardInterrupt, so no ``except Exception`` on the way swallows it."""

@@ -42,11 +42,16 @@ def _drop_lightning_tip(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(LIGHTNING_TIP)
 
 
+def _drop_sigterm_notice(record: logging.LogRecord) -> bool:
+    return "Received SIGTERM" not in str(record.msg)
+
+
 def quiet_lightning() -> None:
     """Drop Lightning's advertisements for litlogger and litmodels (printed by every Trainer) and
     its internal pytree deprecation warning (about Lightning's own code, not ours). Also its
     warning that an epoch has fewer batches than ``log_every_n_steps``: the epoch means
-    (``train/loss_epoch``, ``train/acc``) are logged every epoch whatever that interval."""
+    (``train/loss_epoch``, ``train/acc``) are logged every epoch whatever that interval. And its
+    notice of a SIGTERM: the run's own line says where SIGTERM stopped it."""
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     warnings.filterwarnings(
         "ignore", message=r"The number of training batches .* is smaller than the logging interval"
@@ -55,6 +60,9 @@ def quiet_lightning() -> None:
         logger = logging.getLogger(name)
         if _drop_lightning_tip not in logger.filters:
             logger.addFilter(_drop_lightning_tip)
+    signals = logging.getLogger("lightning.pytorch.trainer.connectors.signal_connector")
+    if _drop_sigterm_notice not in signals.filters:
+        signals.addFilter(_drop_sigterm_notice)
 
 
 def installed_packages() -> list[str]:

@@ -5,6 +5,7 @@ disconnect what this run started."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -24,6 +25,7 @@ def start_ray(cfg: DictConfig) -> bool:
     join a cluster (``auto``, ``ray://host:port``); returns whether this call started it."""
     try:
         import ray
+        from ray._private import ray_constants
     except ImportError as error:
         raise ConfigError(
             "runtime=ray needs Ray, which is not installed: pip install -c constraints.txt "
@@ -34,6 +36,13 @@ def start_ray(cfg: DictConfig) -> bool:
     runtime = cfg.runtime
     address = runtime.get("address")
     options = {"num_cpus": runtime.get("num_cpus")} if address is None else {}
+    # Ray's C++ handler would print a stack dump for a SIGTERM (the run stops with one line,
+    # vfl_lightning.run.signals); Python's faulthandler still reports a crash. The environment
+    # reaches the actors' processes, the constant this process (read when Ray was imported).
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = (
+        os.environ["RAY_DISABLE_FAILURE_SIGNAL_HANDLER"] == "1"
+    )
     ray.init(address=address, include_dashboard=False, log_to_driver=False, **options)
     return True
 

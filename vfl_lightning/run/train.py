@@ -12,7 +12,9 @@ import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 from vfl_lightning.algorithms.base import VFLModule
+from vfl_lightning.checkpoints import LastCheckpoint
 from vfl_lightning.curve import CurveWriter
+from vfl_lightning.errors import Terminated
 from vfl_lightning.files import write_results
 from vfl_lightning.run.assemble import build_in_data_dir, make_callbacks, make_loggers, make_trainer
 from vfl_lightning.run.checks import check_accounting, check_output_dir, check_runtime
@@ -30,6 +32,14 @@ from vfl_lightning.run.results import finished_results, logged_metrics, progress
 from vfl_lightning.run.resume import check_resume, protocol_config
 from vfl_lightning.run.runtimes import LocalRuntime, make_runtime
 from vfl_lightning.run.schema import check_schema
+from vfl_lightning.run.signals import (
+    ignore_sigterm_from_here,
+    raise_if_terminated,
+    sigterm_message,
+    sigterm_stops_the_run,
+    take_sigterm_back,
+    terminated,
+)
 from vfl_lightning.run.summary import print_summary
 
 log = logging.getLogger(__name__)
@@ -39,9 +49,15 @@ def train(cfg: DictConfig) -> dict:
     """Train and test the configured protocol; return (and write) the results dictionary.
 
     ``results.json`` is written whatever happens, with ``status``: ``finished``, ``failed``
-    (with ``error``, also logged) or ``interrupted``; W&B is finished with a non-zero exit code
-    unless the run finished.
+    (with ``error``, also logged) or ``interrupted`` (Ctrl-C, or SIGTERM: then
+    :class:`~vfl_lightning.errors.Terminated` is raised with the one line); W&B is finished with
+    a non-zero exit code unless the run finished.
     """
+    with sigterm_stops_the_run():
+        return _train(cfg)
+
+
+def _train(cfg: DictConfig) -> dict:
     started = time.perf_counter()
     freeze_import_time_objects()
     output_dir = Path(cfg.paths.output_dir)
@@ -61,6 +77,7 @@ def train(cfg: DictConfig) -> dict:
         ckpt_path = check_resume(cfg, config)
         runtime = make_runtime(cfg)
         runtime.start(cfg)
+        take_sigterm_back()
         datamodule, module = build_in_data_dir(cfg, runtime)
         module.run_config = config
         runtime.attach(cfg, module)
@@ -73,11 +90,13 @@ def train(cfg: DictConfig) -> dict:
         # the checkpoint was unpickled in full above (check_resume): Lightning's own weights-only
         # load would refuse list-valued hyperparameters (e.g. algo.client_speeds)
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
+        raise_if_terminated()
         module.check_finite()
         fit_metrics = logged_metrics(trainer)
         test_rows = []
         if cfg.get("test", True) and not trainer.fast_dev_run:
             test_rows = trainer.test(module, datamodule=datamodule, verbose=False)
+            raise_if_terminated()
         results |= finished_results(cfg, module, trainer, callbacks, fit_metrics, test_rows)
         results["status"] = "finished"
         curve = next((c.path for c in callbacks if isinstance(c, CurveWriter)), None)
@@ -87,12 +106,18 @@ def train(cfg: DictConfig) -> dict:
         return results
     except BaseException as error:
         refused = exit_code(error) == 2  # a configuration refusal: its error line says it all
-        results["status"] = "interrupted" if interrupted(error) else "failed"
+        stopped = terminated(error)
+        results["status"] = "interrupted" if stopped or interrupted(error) else "failed"
         results |= progress_results(module, trainer)
-        results["error"] = error_summary(error)
+        results["error"] = (
+            sigterm_message(results, last_checkpoint(trainer)) if stopped else error_summary(error)
+        )
         log.error("run %s: %s", results["status"], results["error"], extra=RUN_LOG_ONLY)
+        if stopped:
+            raise Terminated(results["error"]) from error
         raise
     finally:
+        ignore_sigterm_from_here()
         if module is not None:
             module.party_side.close()
         if runtime is not None:
@@ -107,3 +132,11 @@ def train(cfg: DictConfig) -> dict:
         finish_wandb(0 if results["status"] == "finished" else 1)
         if written and not refused:
             print_summary(results, output_dir)
+
+
+def last_checkpoint(trainer: L.Trainer | None) -> Path | None:
+    """The run's last checkpoint file (None before the first is written)."""
+    for callback in trainer.callbacks if trainer is not None else []:
+        if isinstance(callback, LastCheckpoint) and callback.last_model_path:
+            return Path(callback.last_model_path)
+    return None
