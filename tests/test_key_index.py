@@ -135,3 +135,18 @@ def test_the_command_line_module_imports_neither_torch_nor_lightning():
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_run_imports_ray_wandb_grpc_and_the_report_only_where_it_uses_them():
+    """What ``python train.py`` imports to train: torch and Lightning, not Ray (runtime=ray), W&B
+    (logger=wandb), gRPC (runtime=grpc) nor the report."""
+    script = (
+        "import sys, vfl_lightning.run.train\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'wandb', 'grpc') or "
+        "m.startswith('vfl_lightning.report')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]"
