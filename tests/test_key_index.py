@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.run import key_index
@@ -150,3 +151,20 @@ def test_a_run_imports_ray_wandb_grpc_and_the_report_only_where_it_uses_them():
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
     )
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_config_files_read_as_omegaconf_reads_them(tmp_path):
+    """The early check reads conf/ with libyaml and OmegaConf's scalar rules: the same values as
+    OmegaConf's own loader, for every shipped file and for the scalars that differ in YAML 1.1."""
+    from omegaconf import OmegaConf
+
+    from vfl_lightning.run.schema import ConfigYAMLLoader
+
+    (tmp_path / "scalars.yaml").write_text(
+        "a: 1e-5\nb: 2024-01-01\nc: .5\nd: 1_000\ne: ???\nf: ${seed}\ng: null\nh: [1.0, x]\n"
+    )
+    for file in [tmp_path / "scalars.yaml", *sorted((ROOT / "conf").rglob("*.yaml"))]:
+        text = file.read_text()
+        ours = yaml.load(text, Loader=ConfigYAMLLoader)
+        ours = {} if ours is None else ours  # an empty file: no keys either way
+        assert ours == OmegaConf.to_container(OmegaConf.create(text), resolve=False), file
