@@ -34,7 +34,7 @@ CASES = [
     (["logger=foo"], rf"^logger=foo is not an option of logger: {OPTIONS} csv, none, wandb$"),
     (
         ["experiment=foo"],
-        rf"^experiment=foo is not an option of experiment: {OPTIONS} cascade_cifar10, .*pbm_digits",
+        rf"^experiment=foo is not an option of experiment: {OPTIONS} .*cascade_digits, .*pbm_digits",
     ),
     (
         ["sed=3"],
