@@ -42,6 +42,21 @@ def summarize(values: Sequence[float]) -> Summary:
     return Summary(float(np.mean(finite)), std, len(finite), len(values))
 
 
+def rounds_to_stay(run: Run, metric: str, value: float, mode: str = "max") -> float:
+    """The first communication round from which every later measurement of ``metric`` in the
+    run's curve meets ``value`` (``mode='max'``: >=, ``'min'``: <=), up to the run's end; NaN when
+    its last measurement misses it (or it has none). The TargetTracker's ``rounds_to_target``
+    is the first crossing instead: the two differ when the curve dips below after crossing."""
+    rounds, values = _points(run, "comm/rounds", metric)
+    if not rounds.size:
+        return math.nan
+    hit = values >= value if mode == "max" else values <= value
+    if not hit[-1]:
+        return math.nan
+    misses = np.flatnonzero(~hit)
+    return float(rounds[misses[-1] + 1] if misses.size else rounds[0])
+
+
 @dataclass
 class Curve:
     """A seed-aggregated curve: x grid, mean, std and the number of runs."""
