@@ -49,6 +49,24 @@ print(
 )
 PY
 }
+# "optimizer.lr=0.005 algo.server_lr=0.001 (validation accuracy 0.884, trial 7 of 12)": an Optuna
+# sweep's best trial, from its optimization_results.yaml
+optuna_best() {
+  "$PYTHON" - "$1" <<'PY'
+import sys
+from pathlib import Path
+
+import yaml
+
+best = yaml.safe_load((Path(sys.argv[1]) / "optimization_results.yaml").read_text())
+params = " ".join(f"{key}={value:g}" for key, value in best["best_params"].items())
+total = sum(best["trials"].values())
+print(
+    f"{params} (validation accuracy {best['best_value']:.3f}, trial {best['best_trial']} of "
+    f"{total})"
+)
+PY
+}
 # full SETTING / this CPU's SETTING
 pick() { if [[ $FULL == 1 ]]; then echo "$1"; else echo "$2"; fi; }
 # what the paper reports for the page's table or figure, put after the page's note
@@ -274,7 +292,11 @@ first-order frameworks, cascade, zoo_vfl and syn_zoo_vfl the zeroth-order ones."
 Syn-ZOO-VFL: client and server lr each from the paper's {0.02, 0.015, 0.01, 0.005, 0.001}, \
 Optuna's seeded TPE (hydra/sweeper=vfl_optuna), 12 trials each of the full 100 epochs, 4 clients, \
 seed 0, on the 5,000-image offline MNIST subset, scored by the final validation accuracy (the \
-paper selects by test accuracy)."
+paper selects by test accuracy). Chosen: ZOO-VFL $(optuna_best "$SWEEPS/cascade/lr_search_zoo_vfl"); \
+Syn-ZOO-VFL $(optuna_best "$SWEEPS/cascade/lr_search_syn_zoo_vfl"). The study: \
+python train.py -m experiment=cascade_mnist data=mnist_small seed=0 algo=ALGO \
+hydra/sweeper=vfl_optuna 'optimizer.lr=choice($LRS)' 'algo.server_lr=choice($LRS)' \
+hydra.sweeper.n_trials=12 (one command per trial below)."
       paper "each framework's lr selected from {0.020, 0.015, 0.010, 0.005, 0.001}, separately for \
 clients and server; the chosen values are not reported."
       page papers_cascade_lr_search "$SWEEPS"/cascade/lr_search_* --recipe cascade
