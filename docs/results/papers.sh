@@ -280,23 +280,23 @@ first-order frameworks, cascade, zoo_vfl and syn_zoo_vfl the zeroth-order ones."
     if want papers_cascade_lr_search; then
       # §VI-A's learning-rate search for the zeroth-order baselines: the clients' and the server's
       # lr each from the paper's {0.02, 0.015, 0.01, 0.005, 0.001} (the range the algo files'
-      # cascade lr, 0.02 from the authors' code, lies in), Optuna's seeded TPE, 12 trials of the
+      # cascade lr, 0.02 from the authors' code, lies in), Optuna's seeded TPE, 10 trials of the
       # full 100 epochs at 4 clients, seed 0, each scored by its final validation accuracy. The
       # algo files zoo_vfl and syn_zoo_vfl hold what it chose.
       for algo in zoo_vfl syn_zoo_vfl; do
         sweep "cascade/lr_search_$algo" "${SMALL[@]}" seed=0 algo="$algo" \
           hydra/sweeper=vfl_optuna "optimizer.lr=choice($LRS)" "algo.server_lr=choice($LRS)" \
-          hydra.sweeper.n_trials=12 hydra.sweeper.study_name="lr_$algo"
+          hydra.sweeper.n_trials=10 hydra.sweeper.study_name="lr_$algo"
       done
       NOTE="$SETTING Cascaded hybrid paper, §VI-A's learning-rate search for ZOO-VFL and \
 Syn-ZOO-VFL: client and server lr each from the paper's {0.02, 0.015, 0.01, 0.005, 0.001}, \
-Optuna's seeded TPE (hydra/sweeper=vfl_optuna), 12 trials each of the full 100 epochs, 4 clients, \
+Optuna's seeded TPE (hydra/sweeper=vfl_optuna), 10 trials each of the full 100 epochs, 4 clients, \
 seed 0, on the 5,000-image offline MNIST subset, scored by the final validation accuracy (the \
 paper selects by test accuracy). Chosen: ZOO-VFL $(optuna_best "$SWEEPS/cascade/lr_search_zoo_vfl"); \
 Syn-ZOO-VFL $(optuna_best "$SWEEPS/cascade/lr_search_syn_zoo_vfl"). The study: \
 python train.py -m experiment=cascade_mnist data=mnist_small seed=0 algo=ALGO \
 hydra/sweeper=vfl_optuna 'optimizer.lr=choice($LRS)' 'algo.server_lr=choice($LRS)' \
-hydra.sweeper.n_trials=12 (one command per trial below)."
+hydra.sweeper.n_trials=10 (one command per trial below)."
       paper "each framework's lr selected from {0.020, 0.015, 0.010, 0.005, 0.001}, separately for \
 clients and server; the chosen values are not reported."
       page papers_cascade_lr_search "$SWEEPS"/cascade/lr_search_* --recipe cascade
