@@ -46,10 +46,9 @@ class FedVSFamily(VFLModule):
       R = 2(K+T-1)+1 arrivals (eqs. 6-7), and broadcasts dL/dH; each client updates its real model
       with (1/N) dL/dH through its own plaintext embedding (line 34).
     - ``wait``: plain average of all N embeddings (waits for the slowest client).
-    - ``ignore``: average of the embeddings that arrived by the time the last non-straggler
-      arrived (``ignore_waits_for="non_stragglers"``, §6.2's wording), or within the time FedVS
-      would have waited in the same round (``"fedvs"``: same delay draws, so the same rounds per
-      simulated second as FedVS); only those clients get a gradient.
+    - ``ignore``: average of what arrived by the last non-straggler's arrival (§6.2's wording,
+      ``ignore_waits_for="non_stragglers"``) or by FedVS's decision in the same round (``"fedvs"``:
+      same delay draws, so FedVS's rounds per simulated second); only those get a gradient.
     - ``wait_dp``: ``wait`` on embeddings privatized by ``dp`` (:class:`WaitDP`: clipped to an L2
       norm per sample plus Gaussian noise calibrated by the analytic Gaussian mechanism).
 
