@@ -305,7 +305,8 @@ server lr each from {0.02, 0.015, 0.01, 0.005, 0.001}): ZOO-VFL $(optuna_best \
 "$SWEEPS/cascade/lr_search_syn_zoo_vfl"). Stage 2, log-uniform as the paper searched ZOO-VFL on \
 CIFAR-10 (client lr in [1e-5, 0.02], server lr in [1e-6, 0.02]): ZOO-VFL $(optuna_best \
 "$SWEEPS/cascade/lr_search_zoo_vfl_log"); Syn-ZOO-VFL $(optuna_best \
-"$SWEEPS/cascade/lr_search_syn_zoo_vfl_log"). Each trial's own command is below; a stage is \
+"$SWEEPS/cascade/lr_search_syn_zoo_vfl_log"). The sampler's seed is the same in every study, so \
+both algos were tried at the same pairs, in the same order. Each trial's own command is below; a stage is \
 python train.py -m experiment=cascade_mnist data=mnist_small seed=0 algo=ALGO \
 hydra/sweeper=vfl_optuna 'optimizer.lr=SPACE' 'algo.server_lr=SPACE' hydra.sweeper.n_trials=10."
       paper "each framework's lr selected from {0.020, 0.015, 0.010, 0.005, 0.001}, separately for \
