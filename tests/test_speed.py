@@ -517,3 +517,109 @@ def test_grouped_parties_fall_back_to_the_parties_own_optimizers():
     assert group.stacked["net.1.weight"].grad is None
     assert torch.equal(parties[0].net[1].weight.grad, stacked_grad[0])
     assert torch.equal(parties[1].net[1].weight.grad, stacked_grad[1] + 1)
+
+
+class HookRecorder(L.Callback):
+    """Records (hook, the module's ``_current_fx_name`` during it) for a few hooks it defines."""
+
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.calls.append(("recorder.on_train_batch_start", module._current_fx_name, batch_idx))
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.calls.append(("recorder.on_train_batch_end", module._current_fx_name, batch_idx))
+
+    def on_validation_epoch_end(self, trainer, module):
+        self.calls.append(("recorder.on_validation_epoch_end", module._current_fx_name, None))
+
+
+def _recorded_fit(profiler=None) -> tuple[list, L.Trainer]:
+    """A short fit of Lightning's demo model with a recording callback, a callback whose hook is
+    set on the instance, and a callback without hooks of its own (the base's empty ones)."""
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    calls: list = []
+    on_instance = L.Callback()
+    on_instance.on_train_batch_end = lambda trainer, module, *args: calls.append(
+        ("instance.on_train_batch_end", module._current_fx_name, args[-1])
+    )
+
+    class Module(BoringModel):
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            calls.append(("module.on_train_batch_end", self._current_fx_name, batch_idx))
+
+    trainer = L.Trainer(
+        max_epochs=1,
+        limit_train_batches=3,
+        limit_val_batches=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        profiler=profiler,
+        callbacks=[HookRecorder(calls), L.Callback(), on_instance],
+    )
+    trainer.fit(Module())
+    return calls, trainer
+
+
+def test_hook_dispatch_fast_path_calls_what_lightning_calls():
+    """With the do-nothing profiler the fast hook dispatch calls every hook a callback or the
+    module defines (on its class or its instance), in Lightning's order and with the module's
+    ``_current_fx_name`` Lightning sets, as Lightning's own dispatch does; with another profiler
+    Lightning's dispatch runs (it profiles every callback hook, empty ones included)."""
+    from lightning.pytorch.profilers import SimpleProfiler
+    from lightning.pytorch.trainer import call
+
+    from vfl_lightning import lightning_speedups
+
+    try:
+        lightning_speedups.use(False)
+        expected, _ = _recorded_fit()
+        assert lightning_speedups.use(True)
+        assert getattr(call._call_callback_hooks, "_vfl_fast_path", False)
+        got, _ = _recorded_fit()
+        assert got == expected
+        assert ("instance.on_train_batch_end", "on_train_batch_end", 2) in got
+        assert ("module.on_train_batch_end", "on_train_batch_end", 2) in got
+        profiled, trainer = _recorded_fit(SimpleProfiler())
+        assert profiled == expected
+        actions = trainer.profiler.recorded_durations
+        assert "[Callback]Callback.on_train_batch_end" in actions  # the base's empty hook
+        assert "[LightningModule]Module.on_train_batch_end" in actions
+    finally:
+        lightning_speedups.use(True)
+
+
+def test_batch_transfer_hook_owner_is_kept_per_selector():
+    """The batch-transfer hooks' owner (module or data module) is Lightning's answer, asked once
+    per selector and hook."""
+    from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
+    from lightning.pytorch.trainer.connectors.data_connector import _DataHookSelector
+
+    from vfl_lightning.lightning_speedups import kept_hook_owner
+
+    class Data(BoringDataModule):
+        def on_before_batch_transfer(self, batch, dataloader_idx):
+            return batch
+
+    asked = []
+    lightnings = getattr(_DataHookSelector.get_instance, "__wrapped__", None)
+    lightnings = lightnings or _DataHookSelector.get_instance
+
+    def original(selector, hook_name):
+        asked.append(hook_name)
+        return lightnings(selector, hook_name)
+
+    get_instance = kept_hook_owner(original)
+    model, data = BoringModel(), Data()
+    selector = _DataHookSelector(model, data)
+    for _ in range(3):
+        assert get_instance(selector, "on_before_batch_transfer") is data
+        assert get_instance(selector, "transfer_batch_to_device") is model
+    assert asked == ["on_before_batch_transfer", "transfer_batch_to_device"]
+    assert get_instance(_DataHookSelector(model, None), "transfer_batch_to_device") is model

@@ -1,6 +1,6 @@
-"""Fast paths for two of Lightning's fixed per-call costs, behind one switch: the root config key
-``lightning_speedups`` (default true; ``false`` runs Lightning exactly as it is). Both paths give
-the same parameters (tests/test_speed.py).
+"""Fast paths for Lightning's fixed per-call costs, behind one switch: the root config key
+``lightning_speedups`` (default true; ``false`` runs Lightning exactly as it is). Every path gives
+the same parameters and calls the same hooks (tests/test_speed.py).
 
 **Per ``self.log`` call.** Every ``self.log(name, value)`` ends in ``_ResultCollection.log``, which calls
 ``_ResultMetric.to(value.device)`` on the stored metric, also when it is already there. That
@@ -19,10 +19,22 @@ arguments, a metric that wraps a torchmetrics ``Metric``) takes Lightning's own 
 **Per training batch.** Before every batch the training loop asks
 ``is_param_in_hook_signature(training_step, "batch_idx", min_args=2)``, which runs
 ``inspect.getfullargspec`` on the bound method: about 60 µs a batch, a twentieth of a small
-model's whole step. The answer depends only on the function's signature, so :func:`install` gives
-the training loop a memoized copy, keyed by the function (a bound method's ``__func__``) and the
-question's arguments. Other callables (a ``functools.partial``, an object with ``__call__``) are
-asked afresh every time, as Lightning does.
+model's whole step (``self.log`` during training and every evaluation batch ask too). The answer
+depends only on the function's signature, so :func:`install` gives the training and evaluation
+loops and ``LightningModule`` a memoized copy, keyed by the function (a bound method's
+``__func__``) and the question's arguments. Other callables (a ``functools.partial``, an object
+with ``__call__``) are asked afresh every time, as Lightning does.
+
+**Per hook.** Every hook Lightning calls (a dozen per training batch) goes through
+``trainer/call.py``, which calls each callback's method (also the base ``Callback``'s empty ones)
+inside ``trainer.profiler.profile(...)`` with a name built for the profiler, and picks where the
+three batch-transfer hooks live by asking ``is_overridden`` of the module and the data module
+every time: together about 30-40 µs a batch with the default callbacks. With the default
+:class:`~lightning.pytorch.profilers.PassThroughProfiler` (whose ``profile`` does nothing) the
+fast paths call the same methods in the same order without that context, skip the base
+``Callback``'s empty methods (a callback that defines the hook, on its class or its instance, is
+called), and keep the batch-transfer hook's owner per data-hook selector (made once per fit).
+Any other profiler, or ``monitoring_callbacks``, takes Lightning's own code.
 
 If Lightning's internals change so that a module or attribute is missing, that fast path is not
 installed. :func:`use` installs both or puts Lightning's own functions back.
@@ -56,20 +68,47 @@ def _on_device(metric, device: torch.device) -> bool:
 
 
 def _targets() -> list[tuple[object, str, object]] | None:
-    """(owner, attribute, fast-path maker) of both fast paths, or None without those modules."""
+    """(owner, attribute, fast-path maker) of every fast path, or None without those modules."""
     try:
-        from lightning.pytorch.loops import training_epoch_loop
+        from lightning.pytorch.core import module
+        from lightning.pytorch.loops import evaluation_loop, training_epoch_loop
+        from lightning.pytorch.trainer import call
+        from lightning.pytorch.trainer.connectors.data_connector import _DataHookSelector
         from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
+        from lightning.pytorch.utilities import signature_utils
     except ImportError:
         return None
+    signature = _shared_signature_check(signature_utils.is_param_in_hook_signature)
     return [
         (_ResultMetric, "to", same_device_to),
-        (training_epoch_loop, "is_param_in_hook_signature", memoized_signature_check),
+        (training_epoch_loop, "is_param_in_hook_signature", signature),
+        (evaluation_loop, "is_param_in_hook_signature", signature),
+        (module, "is_param_in_hook_signature", signature),
+        (call, "_call_callback_hooks", direct_callback_hooks),
+        (call, "_call_lightning_module_hook", direct_module_hook),
+        (_DataHookSelector, "get_instance", kept_hook_owner),
     ]
 
 
+_SHARED: dict[int, object] = {}
+
+
+def _shared_signature_check(original):
+    """One memoized check (:func:`memoized_signature_check`) for every place that imported
+    ``original``, so they share its answers."""
+
+    def make(current):
+        if current is not original:  # already replaced, or Lightning changed: leave it
+            return current
+        if id(original) not in _SHARED:
+            _SHARED[id(original)] = memoized_signature_check(original)
+        return _SHARED[id(original)]
+
+    return make
+
+
 def install() -> bool:
-    """Install both fast paths (once); whether both are in place."""
+    """Install every fast path (once); whether all are in place."""
     targets = _targets()
     if targets is None:
         return False
@@ -86,7 +125,7 @@ def uninstall() -> None:
 
 
 def use(enabled: bool) -> bool:
-    """Install both fast paths (``enabled``) or run Lightning as it is; whether they are in place."""
+    """Install every fast path (``enabled``) or run Lightning as it is; whether they are in place."""
     if enabled:
         return install()
     uninstall()
@@ -101,6 +140,8 @@ def _replace_once(owner, name: str, make_fast_path) -> bool:
         return False
     if not getattr(original, _MARK, False):
         fast = make_fast_path(original)
+        if fast is original:
+            return False
         setattr(fast, _MARK, True)
         setattr(owner, name, fast)
     return True
@@ -138,3 +179,102 @@ def memoized_signature_check(original):
         return original(hook_fx, param, explicit, min_args)
 
     return check
+
+
+def _passes_through(trainer) -> bool:
+    """Whether the trainer's profiler is Lightning's do-nothing one (exactly that class) and
+    Lightning's hook dispatch logs nothing (its debug lines name every hook called)."""
+    import logging
+
+    from lightning.pytorch.profilers import PassThroughProfiler
+    from lightning.pytorch.trainer import call
+
+    return type(trainer.profiler) is PassThroughProfiler and not call.log.isEnabledFor(
+        logging.DEBUG
+    )
+
+
+def _empty_callback_hooks() -> dict[str, object]:
+    """The base ``Callback``'s hook functions whose body is empty (docstring only), by name."""
+    from lightning.pytorch.callbacks import Callback
+
+    def empty():
+        """An empty body."""
+
+    hooks = {}
+    for name in dir(Callback):
+        function = getattr(Callback, name)
+        code = getattr(function, "__code__", None)
+        if name.startswith("on_") and code is not None and code.co_code == empty.__code__.co_code:
+            hooks[name] = function
+    return hooks
+
+
+def direct_callback_hooks(original):
+    """Lightning's ``_call_callback_hooks`` (``original``) without the profiler's context and
+    without the base ``Callback``'s empty methods, when the profiler does nothing (see the module
+    docstring); ``_current_fx_name`` is set and restored as Lightning does."""
+    empty = _empty_callback_hooks()
+
+    @functools.wraps(original)
+    def call_callback_hooks(trainer, hook_name, *args, monitoring_callbacks=None, **kwargs):
+        if monitoring_callbacks is not None or not _passes_through(trainer):
+            return original(
+                trainer, hook_name, *args, monitoring_callbacks=monitoring_callbacks, **kwargs
+            )
+        pl_module = trainer.lightning_module
+        if pl_module:
+            previous = pl_module._current_fx_name
+            pl_module._current_fx_name = hook_name
+        base = empty.get(hook_name)
+        for callback in trainer.callbacks:
+            fn = getattr(callback, hook_name)
+            if base is not None and getattr(fn, "__func__", None) is base:
+                continue
+            if callable(fn):
+                fn(trainer, trainer.lightning_module, *args, **kwargs)
+        if pl_module:
+            pl_module._current_fx_name = previous
+        return None
+
+    return call_callback_hooks
+
+
+def direct_module_hook(original):
+    """Lightning's ``_call_lightning_module_hook`` (``original``) without the profiler's context
+    when the profiler does nothing; otherwise Lightning's own code."""
+
+    @functools.wraps(original)
+    def call_module_hook(trainer, hook_name, *args, pl_module=None, **kwargs):
+        if not _passes_through(trainer):
+            return original(trainer, hook_name, *args, pl_module=pl_module, **kwargs)
+        pl_module = pl_module or trainer.lightning_module
+        if pl_module is None:
+            raise TypeError("No `LightningModule` is available to call hooks on.")
+        fn = getattr(pl_module, hook_name)
+        if not callable(fn):
+            return None
+        previous = pl_module._current_fx_name
+        pl_module._current_fx_name = hook_name
+        output = fn(*args, **kwargs)
+        pl_module._current_fx_name = previous
+        return output
+
+    return call_module_hook
+
+
+def kept_hook_owner(original):
+    """``_DataHookSelector.get_instance`` (``original``) answered once per (selector, hook, module,
+    data module): whether the module or the data module overrides a batch-transfer hook does not
+    change while one selector (one fit) lives."""
+
+    @functools.wraps(original)
+    def get_instance(self, hook_name):
+        kept = self.__dict__.setdefault("_vfl_hook_owners", {})
+        key = (hook_name, id(self.model), id(self.datamodule))
+        owner = kept.get(key)
+        if owner is None:
+            owner = kept[key] = original(self, hook_name)
+        return owner
+
+    return get_instance

@@ -75,7 +75,11 @@ class PartyFactory:
         becomes one ConfigError naming it."""
         from hydra.utils import instantiate
 
-        factory = instantiate(self.config[group])
+        return self.call(group, instantiate(self.config[group]), **runtime)
+
+    def call(self, group: str, factory, **runtime):
+        """``factory`` (the instantiated partial of ``group``) completed with the runtime sizes,
+        with :meth:`complete`'s error for an option the chosen class does not take."""
         try:
             return factory(**runtime)
         except TypeError as error:
@@ -133,8 +137,11 @@ class PartyFactory:
         return columns, shapes, dict(datamodule.canary_records)
 
     def party_models(self, shapes) -> list[nn.Module]:
-        """One party model per input shape, in party order."""
-        return [self.complete("party", input_shape=shape) for shape in shapes]
+        """One party model per input shape, in party order (the config instantiated once)."""
+        from hydra.utils import instantiate
+
+        factory = instantiate(self.config["party"])
+        return [self.call("party", factory, input_shape=shape) for shape in shapes]
 
     def optimizer(self):
         """The partial optimizer (completed with a model's parameters)."""

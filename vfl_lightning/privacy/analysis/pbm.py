@@ -106,8 +106,23 @@ def pbm_rdp(
     and with a brute-force search over a grid of real inputs.
     """
     check_pbm_privacy_parameters(b, beta, num_parties, num_changed)
-    orders = check_orders(orders)
-    b, beta = int(b), float(beta)
+    orders = tuple(check_orders(orders).tolist())
+    key = (int(b), float(beta), int(num_parties), int(num_changed), bool(exhaustive))
+    return _pbm_rdp(orders, *key).copy()
+
+
+@lru_cache(maxsize=64)
+def _pbm_rdp(
+    orders: tuple[float, ...],
+    b: int,
+    beta: float,
+    num_parties: int,
+    num_changed: int,
+    exhaustive: bool,
+) -> np.ndarray:
+    """:func:`pbm_rdp` of checked arguments, kept per argument tuple (read-only): a run's
+    accountant asks for the same per-release curve at every epoch's log and validation."""
+    orders = np.asarray(orders, dtype=np.float64)
     total = int(num_parties) * b
     swing = int(num_changed) * b
     if exhaustive:
@@ -122,6 +137,7 @@ def pbm_rdp(
     for d in offsets:
         for start in starts[d]:
             worst = np.maximum(worst, renyi_divergence(logs[start + d], logs[start], orders))
+    worst.setflags(write=False)
     return worst
 
 
