@@ -623,3 +623,18 @@ def test_batch_transfer_hook_owner_is_kept_per_selector():
         assert get_instance(selector, "transfer_batch_to_device") is model
     assert asked == ["on_before_batch_transfer", "transfer_batch_to_device"]
     assert get_instance(_DataHookSelector(model, None), "transfer_batch_to_device") is model
+
+
+def test_lightning_enum_equality_keeps_its_answers():
+    """The identity-first ``__eq__`` of Lightning's enums answers as Lightning's: a member equals
+    itself and its value in any case, and no other member; hashing is unchanged."""
+    from lightning.pytorch.trainer.states import RunningStage, TrainerFn
+
+    from vfl_lightning import lightning_speedups
+
+    assert lightning_speedups.use(True)
+    stage = RunningStage.TRAINING
+    assert getattr(type(stage).__eq__, "_vfl_fast_path", False)
+    assert stage == RunningStage.TRAINING and stage == "TRAIN" and stage == "train"
+    assert stage != RunningStage.VALIDATING and stage != TrainerFn.FITTING and stage != "fit"
+    assert {stage: 1}[RunningStage.TRAINING] == 1 and hash(stage) == hash("train")

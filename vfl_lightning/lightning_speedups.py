@@ -25,6 +25,10 @@ loops and ``LightningModule`` a memoized copy, keyed by the function (a bound me
 ``__func__``) and the question's arguments. Other callables (a ``functools.partial``, an object
 with ``__call__``) are asked afresh every time, as Lightning does.
 
+**Per state question.** Lightning's enums (``RunningStage``, ``TrainerFn``) compare by their
+lower-cased string values; the fast path answers a member compared with itself (the trainer's
+``training`` property, asked a dozen times per batch) without building the strings.
+
 **Per hook.** Every hook Lightning calls (a dozen per training batch) goes through
 ``trainer/call.py``, which calls each callback's method (also the base ``Callback``'s empty ones)
 inside ``trainer.profiler.profile(...)`` with a name built for the profiler, and picks where the
@@ -76,6 +80,7 @@ def _targets() -> list[tuple[object, str, object]] | None:
         from lightning.pytorch.trainer.connectors.data_connector import _DataHookSelector
         from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
         from lightning.pytorch.utilities import signature_utils
+        from lightning_utilities.core.enums import StrEnum
     except ImportError:
         return None
     signature = _shared_signature_check(signature_utils.is_param_in_hook_signature)
@@ -87,6 +92,7 @@ def _targets() -> list[tuple[object, str, object]] | None:
         (call, "_call_callback_hooks", direct_callback_hooks),
         (call, "_call_lightning_module_hook", direct_module_hook),
         (_DataHookSelector, "get_instance", kept_hook_owner),
+        (StrEnum, "__eq__", identity_first_eq),
     ]
 
 
@@ -181,17 +187,21 @@ def memoized_signature_check(original):
     return check
 
 
-def _passes_through(trainer) -> bool:
-    """Whether the trainer's profiler is Lightning's do-nothing one (exactly that class) and
-    Lightning's hook dispatch logs nothing (its debug lines name every hook called)."""
+def _pass_through_check():
+    """``passes_through(trainer)``: whether the trainer's profiler is Lightning's do-nothing one
+    (exactly that class) and Lightning's hook dispatch logs nothing (its debug lines name every
+    hook called)."""
     import logging
 
     from lightning.pytorch.profilers import PassThroughProfiler
     from lightning.pytorch.trainer import call
 
-    return type(trainer.profiler) is PassThroughProfiler and not call.log.isEnabledFor(
-        logging.DEBUG
-    )
+    def passes_through(trainer) -> bool:
+        return type(trainer.profiler) is PassThroughProfiler and not call.log.isEnabledFor(
+            logging.DEBUG
+        )
+
+    return passes_through
 
 
 def _empty_callback_hooks() -> dict[str, object]:
@@ -215,10 +225,11 @@ def direct_callback_hooks(original):
     without the base ``Callback``'s empty methods, when the profiler does nothing (see the module
     docstring); ``_current_fx_name`` is set and restored as Lightning does."""
     empty = _empty_callback_hooks()
+    passes_through = _pass_through_check()
 
     @functools.wraps(original)
     def call_callback_hooks(trainer, hook_name, *args, monitoring_callbacks=None, **kwargs):
-        if monitoring_callbacks is not None or not _passes_through(trainer):
+        if monitoring_callbacks is not None or not passes_through(trainer):
             return original(
                 trainer, hook_name, *args, monitoring_callbacks=monitoring_callbacks, **kwargs
             )
@@ -243,10 +254,11 @@ def direct_callback_hooks(original):
 def direct_module_hook(original):
     """Lightning's ``_call_lightning_module_hook`` (``original``) without the profiler's context
     when the profiler does nothing; otherwise Lightning's own code."""
+    passes_through = _pass_through_check()
 
     @functools.wraps(original)
     def call_module_hook(trainer, hook_name, *args, pl_module=None, **kwargs):
-        if not _passes_through(trainer):
+        if not passes_through(trainer):
             return original(trainer, hook_name, *args, pl_module=pl_module, **kwargs)
         pl_module = pl_module or trainer.lightning_module
         if pl_module is None:
@@ -278,3 +290,15 @@ def kept_hook_owner(original):
         return owner
 
     return get_instance
+
+
+def identity_first_eq(original):
+    """``StrEnum.__eq__`` (``original``: Lightning's enums compare their lower-cased values)
+    answering True at once for the member itself, which the original also answers (the trainer
+    asks ``state.stage == RunningStage.TRAINING`` a dozen times per batch)."""
+
+    @functools.wraps(original)
+    def __eq__(self, other):
+        return other is self or original(self, other)
+
+    return __eq__

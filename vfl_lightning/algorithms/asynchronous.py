@@ -220,8 +220,10 @@ class HybridVFL(VFLModule):
         same head parameters."""
         embedding, perturbed = query
         candidates = torch.cat([embedding[None], perturbed])
-        inputs = [column.double().expand(len(candidates), *column.shape) for column in columns]
-        inputs[m] = candidates
+        inputs = [
+            candidates if j == m else column.double().expand(len(candidates), *column.shape)
+            for j, column in enumerate(columns)
+        ]
         with torch.no_grad():
             logits = evaluate_at(self.head, head_parameters, self.mechanism.fuse(inputs))
         return batch_losses(logits, y)

@@ -100,7 +100,7 @@ def client_update(
     if isinstance(pending, ZooQuery):
         estimate = client_estimate(pending, answer, zoo)
         if pending.output is None:
-            set_gradient(model, estimate)
+            set_gradient(model, estimate, pending.parameters)
         else:
             optimization.backward([pending.output], [estimate])
     else:

@@ -47,6 +47,7 @@ class ClientActivation:
         self.speeds = speeds
         self.order = order
         self.probabilities = torch.tensor(speeds, dtype=torch.float64) / sum(speeds)
+        self._rates = torch.tensor(speeds, dtype=torch.float64)
         self.generator = seeded_generator(seed, "server", "activation")
         self.position = 0
 
@@ -68,7 +69,7 @@ class ClientActivation:
             ]
         else:
             uniform = torch.rand(self.num_clients, generator=self.generator, dtype=torch.float64)
-            finish = -torch.log1p(-uniform) / torch.tensor(self.speeds, dtype=torch.float64)
+            finish = -torch.log1p(-uniform) / self._rates
             clients = torch.argsort(finish).tolist()
         self.position += self.num_clients
         return clients

@@ -76,24 +76,39 @@ def two_point_estimate(
     return scale * (weights * directions).mean(dim=0)
 
 
-def flat_parameters(module: nn.Module, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """The module's trainable parameters as one detached vector (w of eq. 2)."""
-    return torch.cat([p.detach().reshape(-1).to(dtype) for p in module.parameters()])
+Named = list[tuple[str, torch.Tensor]]
+"""A module's ``named_parameters()`` as a list, read once and handed to the functions below
+(each reading of a module's parameters walks its submodules)."""
 
 
-def unflatten_parameters(module: nn.Module, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+def flat_parameters(
+    module: nn.Module, dtype: torch.dtype = torch.float64, named: Named | None = None
+) -> torch.Tensor:
+    """The module's trainable parameters (``named``, default: read from ``module``) as one
+    detached vector (w of eq. 2)."""
+    named = list(module.named_parameters()) if named is None else named
+    return torch.cat([p.detach().reshape(-1).to(dtype) for _, p in named])
+
+
+def unflatten_parameters(
+    module: nn.Module, flat: torch.Tensor, named: Named | None = None
+) -> dict[str, torch.Tensor]:
     """Split a flat vector back into ``{name: tensor}`` shaped like the module's parameters
-    (for ``torch.func.functional_call``)."""
-    named = list(module.named_parameters())
+    (``named``, default: read from ``module``), for ``torch.func.functional_call``."""
+    named = list(module.named_parameters()) if named is None else named
     sizes = [p.numel() for _, p in named]
     pieces = torch.split(flat, sizes)
     return {name: piece.reshape(p.shape) for (name, p), piece in zip(named, pieces, strict=True)}
 
 
-def set_gradient(module: nn.Module, flat_gradient: torch.Tensor) -> None:
-    """Write a flat gradient estimate into the ``.grad`` of the module's parameters."""
-    pieces = unflatten_parameters(module, flat_gradient)
-    for name, p in module.named_parameters():
+def set_gradient(
+    module: nn.Module, flat_gradient: torch.Tensor, named: Named | None = None
+) -> None:
+    """Write a flat gradient estimate into the ``.grad`` of the module's parameters (``named``,
+    default: read from ``module``)."""
+    named = list(module.named_parameters()) if named is None else named
+    pieces = unflatten_parameters(module, flat_gradient, named)
+    for name, p in named:
         p.grad = pieces[name].to(p.dtype)
 
 
@@ -118,11 +133,17 @@ class ZooQuery:
     perturbed: torch.Tensor
     directions: torch.Tensor
     output: torch.Tensor | None
+    parameters: Named | None = None
+    """The client's ``named_parameters()`` the query perturbed (``zoo_space='params'``): its
+    estimate is written into their gradients."""
 
 
-def stacked_parameters(module: nn.Module, flat_weights: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Split K flat vectors (K, d) into ``{name: (K, *shape)}`` like the module's parameters."""
-    named = list(module.named_parameters())
+def stacked_parameters(
+    module: nn.Module, flat_weights: torch.Tensor, named: Named | None = None
+) -> dict[str, torch.Tensor]:
+    """Split K flat vectors (K, d) into ``{name: (K, *shape)}`` like the module's parameters
+    (``named``, default: read from ``module``)."""
+    named = list(module.named_parameters()) if named is None else named
     pieces = torch.split(flat_weights, [p.numel() for _, p in named], dim=1)
     return {
         name: piece.reshape(len(flat_weights), *p.shape)
@@ -131,9 +152,10 @@ def stacked_parameters(module: nn.Module, flat_weights: torch.Tensor) -> dict[st
 
 
 def perturbed_outputs(
-    model: nn.Module, flat_weights: torch.Tensor, x: torch.Tensor
+    model: nn.Module, flat_weights: torch.Tensor, x: torch.Tensor, named: Named | None = None
 ) -> torch.Tensor:
-    """``model`` evaluated in float64 at each row of ``flat_weights``, shape (K, B, ...).
+    """``model`` evaluated in float64 at each row of ``flat_weights``, shape (K, B, ...)
+    (``named``: the model's named parameters, default: read from it).
 
     Fully connected models (:func:`~vfl_lightning.models.batched.linear_chain`) run as one batched
     matrix product per layer over the K parameter sets; any other model through
@@ -142,10 +164,11 @@ def perturbed_outputs(
     x64 = x.double()
     chain = linear_chain(model)
     if chain is not None:
-        return chain_forward(chain, stacked_parameters(model, flat_weights), x64)
+        return chain_forward(chain, stacked_parameters(model, flat_weights, named), x64)
 
     def evaluate(w, buffers):
-        return functional_call(model, {**buffers, **unflatten_parameters(model, w)}, (x64,))
+        pieces = unflatten_parameters(model, w, named)
+        return functional_call(model, {**buffers, **pieces}, (x64,))
 
     # each parameter set gets its own float64 copy of the buffers (batch-norm statistics), which
     # the vmapped forward may update in place; the model's own buffers stay as they are
@@ -199,11 +222,13 @@ def client_query(
     ``space='params'``) or c_hat_k = c + mu u_k (``'output'``), directions from ``generator``."""
     q = settings.num_directions
     if settings.space == "params":
-        w = flat_parameters(model)
+        named = list(model.named_parameters())
+        w = flat_parameters(model, named=named)
         u = sample_directions(q, w.shape, direction=settings.direction, generator=generator)
         with torch.no_grad():
-            outputs = perturbed_outputs(model, torch.cat([w[None], w + settings.mu * u]), x)
-        return ZooQuery(outputs[0], outputs[1:], u, None)
+            weights = torch.cat([w[None], w + settings.mu * u])
+            outputs = perturbed_outputs(model, weights, x, named)
+        return ZooQuery(outputs[0], outputs[1:], u, None, named)
     output = model(x)
     c = output.detach().double()
     u = sample_directions(q, c.shape, direction=settings.direction, generator=generator)
