@@ -70,8 +70,8 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     it for every runtime; the server's process may hold no party model); default: each party
     model's. Where both are given they must agree.
 
-    ``batch_parties`` (default true): the local parties of one fully connected architecture and
-    input shape are evaluated as one grouped computation
+    ``batch_parties`` (default true): the local parties of one fully connected (or polynomial
+    network) architecture and input shape are evaluated as one grouped computation
     (:class:`~vfl_lightning.models.batched.GroupedParties`).
     """
 
@@ -203,8 +203,10 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
         self._unchecked_losses: list[tuple[torch.Tensor, int]] = []
         self._first_bad_round: int | None = None
         self.run_config: dict | None = None
+        self.party_options = {"batch_parties": bool(batch_parties)}
+        """What the local parties of this module are built with (a subclass building its own)."""
         self.party_side: Parties = LocalParties(
-            self.parties, mechanism, self.seed, self.streams, batch_parties=batch_parties
+            self.parties, mechanism, self.seed, self.streams, **self.party_options
         )
         self._plain_server_steps = False
 

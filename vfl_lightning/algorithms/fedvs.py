@@ -123,15 +123,15 @@ class FedVSFamily(VFLModule):
         self.weight_bound = float(weight_bound)
         self.deadline_s, self.on_shortfall = deadline_s, on_shortfall
         self.data_sharing_on_clock = data_sharing_on_clock
-        self.ignore_waits_for = ignore_waits_for
-        self.dp = dp
+        self.ignore_waits_for, self.dp = ignore_waits_for, dp
         self.val_curve: list[tuple[int, float, float]] = []
         self.shortfall_rounds, self.data_shared, self.data_sharing_s = 0, False, 0.0
         self.per_segment_batch, self.responder_counts = 0, [0] * self.num_parties
         self.costs: FedVSCosts | None = None
         parts = dict(codec=self.codec, dp=dp, weight_bound=weight_bound, coded=strategy == "fedvs")
-        local = LocalFedVSParties(self.parties, mechanism, self.seed, self.streams, **parts)
-        self.party_side: FedVSParties = local
+        self.party_side: FedVSParties = LocalFedVSParties(
+            self.parties, mechanism, self.seed, self.streams, **parts, **self.party_options
+        )
         self.party_side.project_weights()
 
     def transport_options(self) -> dict:

@@ -37,8 +37,8 @@ class LocalParties(Parties):
     state are the :class:`Party` code a Ray actor runs; this class adds the grouping: every
     party's forward, backward and step at once.
 
-    ``batch_parties``: parties of one fully connected architecture and input shape are evaluated
-    as one grouped computation (:class:`~vfl_lightning.models.batched.GroupedParties`); they stay
+    ``batch_parties``: parties of one fully connected (or polynomial network) architecture and
+    input shape are evaluated as one grouped computation (:class:`~vfl_lightning.models.batched.GroupedParties`); they stay
     separate modules with separate optimizers and checkpoint keys. Data parallelism
     (:meth:`use_rows`): each rank's parties embed the rank's rows, the embeddings are gathered
     into the global batch, and the party gradients are summed across ranks before any step.

@@ -1,7 +1,7 @@
 """Fully connected models evaluated at several parameter sets at once: M homogeneous party
-encoders as one grouped computation (:class:`GroupedParties`), or one model at K perturbed
-parameter vectors (:func:`chain_forward`, the zeroth-order queries), with batched matrix products
-instead of a Python loop."""
+encoders (fully connected ones, or FedVS's polynomial networks) as one grouped computation
+(:class:`GroupedParties`), or one model at K perturbed parameter vectors (:func:`chain_forward`,
+the zeroth-order queries), with batched matrix products instead of a Python loop."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from torch import nn
 from torch.optim.sgd import sgd
 
 from vfl_lightning.models.encoders import MLPEncoder
+from vfl_lightning.models.pn import PolynomialNetwork
 from vfl_lightning.optim import plain_sgd_settings
 
 ELEMENTWISE = (nn.Identity, nn.ReLU, nn.Tanh, nn.Sigmoid)
@@ -81,7 +82,12 @@ def chain_forward(
 
 def groupable(parties: Sequence[nn.Module]) -> bool:
     """True when every party is an :class:`MLPEncoder` with the same input shape and the same
-    layers (types and weight shapes), so the M forwards can run as one grouped computation."""
+    layers (types and weight shapes), or every party a :class:`PolynomialNetwork` of the same
+    input shape, degree and width, so the M forwards can run as one grouped computation."""
+    if len(parties) >= 2 and all(type(p) is PolynomialNetwork for p in parties):
+        first = parties[0]
+        shape = (first.input_shape, first.degree, tuple(first.weight.shape))
+        return all((p.input_shape, p.degree, tuple(p.weight.shape)) == shape for p in parties)
     if len(parties) < 2 or not all(type(p) is MLPEncoder for p in parties):
         return False
     first = parties[0]
@@ -112,16 +118,26 @@ class GroupedParties:
     next forward re-stacks them from their current values.
     """
 
-    def __init__(self, parties: Sequence[MLPEncoder]) -> None:
+    def __init__(self, parties: Sequence[MLPEncoder | PolynomialNetwork]) -> None:
         if not groupable(parties):
-            raise ValueError("GroupedParties needs MLPEncoder parties of one architecture")
+            raise ValueError(
+                "GroupedParties needs MLPEncoder (or PolynomialNetwork) parties of one architecture"
+            )
         self.parties = list(parties)
         self._buffers: dict[str, tuple[torch.Tensor, list[torch.Tensor]]] = {}
         self._collect()
 
     def _collect(self) -> None:
         """The first party's chain without its Flatten, and per linear layer the M parties'
-        parameters (by reference) under that layer's names; then bind them to stacks."""
+        parameters (by reference) under that layer's names; then bind them to stacks. Polynomial
+        networks: their one ``weight`` each, and no chain."""
+        if isinstance(self.parties[0], PolynomialNetwork):
+            self.chain = None
+            self.members = {"weight": [p.get_parameter("weight") for p in self.parties]}
+            self._first_linear = self.parties[0]
+            self._first = self._first_linear.weight
+            self._bind()
+            return
         chain = linear_chain(self.parties[0])
         self.chain = [
             (prefix, layer) for prefix, layer in chain if not isinstance(layer, nn.Flatten)
@@ -165,6 +181,8 @@ class GroupedParties:
             self.distribute_gradients()
             self._bind()
         hidden = torch.stack([x.reshape(x.shape[0], -1) for x in xs])
+        if self.chain is None:  # polynomial networks: power features times the stacked weights
+            return torch.bmm(self.parties[0].powers(hidden), self.stacked["weight"])
         return chain_forward(self.chain, self.stacked, hidden)
 
     def zero_grad(self) -> None:

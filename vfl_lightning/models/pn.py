@@ -43,12 +43,16 @@ class PolynomialNetwork(nn.Module):
 
     def power_features(self, x: torch.Tensor) -> torch.Tensor:
         """(X^1, ..., X^D, 1) elementwise powers, concatenated (Algorithm 1 line 3)."""
-        flat = x.reshape(x.shape[0], -1)
+        return self.powers(x.reshape(x.shape[0], -1))
+
+    def powers(self, flat: torch.Tensor) -> torch.Tensor:
+        """:meth:`power_features` of already flat inputs (..., d): (..., D*d + 1), along the
+        last axis (several parties' batches stacked along the first)."""
         powers = [flat]
         for _ in range(1, self.degree):
             powers.append(powers[-1] * flat)
-        powers.append(torch.ones_like(flat[:, :1]))
-        return torch.cat(powers, dim=1)
+        powers.append(torch.ones_like(flat[..., :1]))
+        return torch.cat(powers, dim=-1)
 
     def embed(self, features: torch.Tensor) -> torch.Tensor:
         """Eq. 1 on precomputed power features."""
