@@ -20,6 +20,7 @@ from vfl_lightning.mechanisms.field import (
     field_matmul,
     from_field,
     lagrange_coefficients,
+    products_fit,
     quantize,
     to_field,
 )
@@ -202,6 +203,38 @@ def test_field_matmul_is_exact_near_p_on_long_inner_dimensions():
     assert (
         field_matmul(big, big.T, largest).tolist() == [[4 * (largest - 1) ** 2 % largest] * 2] * 2
     )
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["default-prime", "largest-prime"])
+def test_short_inner_products_and_model_shares_are_exact_near_p(large):
+    """The short inner dimensions (data shares: K + T terms) and the model shares' T + 1 terms
+    are summed unreduced only where the sum fits in int64 (the default prime), reduced term by
+    term otherwise (the largest prime): both give the exact residues of Python integers."""
+    prime = DEFAULT_PRIME
+    if large:
+        prime = MAX_PRIME
+        while not _is_prime_slow(prime):
+            prime -= 1
+    assert products_fit(2, prime) != large and not products_fit(3, prime)
+    gen = torch.Generator().manual_seed(3)
+    a = prime - 1 - torch.randint(0, 50, (4, 2), generator=gen)
+    b = prime - 1 - torch.randint(0, 50, (2, 5), generator=gen)
+    want = [
+        [sum(x * b.tolist()[k][j] for k, x in enumerate(row)) % prime for j in range(5)]
+        for row in a.tolist()
+    ]
+    assert field_matmul(a, b, prime).tolist() == want
+    code = LagrangeCode(5, 2, 1, prime)
+    weights = prime - 1 - torch.randint(0, 50, (3, 4), generator=gen)
+    masks = prime - 1 - torch.randint(0, 50, (1, 12), generator=gen)
+    shares = code.encode_model(weights, masks=masks)
+    encoder, model = code.encoder.tolist(), code.model_weights.tolist()
+    for n in range(5):
+        expected = [
+            (model[n] * w + encoder[n][2] * v) % prime
+            for w, v in zip(weights.reshape(-1).tolist(), masks[0].tolist(), strict=True)
+        ]
+        assert shares[n].reshape(-1).tolist() == expected
 
 
 def _is_prime_slow(n):

@@ -109,13 +109,22 @@ def _limb_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return high, both - high - low, low
 
 
+def products_fit(count: int, prime: int) -> bool:
+    """Whether a sum of ``count`` products of two reduced elements of F_p stays below 2^63, so it
+    can be reduced once at the end (the same residue as reducing every product)."""
+    return count * (prime - 1) ** 2 < 2**63
+
+
 def _small_inner_matmul(a: torch.Tensor, b: torch.Tensor, prime: int) -> torch.Tensor:
-    """a @ b mod p as a sum of reduced outer products (cheaper than limbs for a short inner
-    dimension); the sum of k < 2^31 reduced terms fits in int64 before the final reduction."""
+    """a @ b mod p as a sum of outer products (cheaper than limbs for a short inner dimension):
+    unreduced when their sum fits in int64 (:func:`products_fit`), else each reduced first (the
+    sum of k < 2^31 reduced terms fits); reduced once at the end. Exact either way."""
     shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     total = torch.zeros(shape, dtype=torch.long, device=a.device)
+    unreduced = products_fit(a.shape[-1], prime)
     for k in range(a.shape[-1]):
-        total += field_mul(a[..., :, k : k + 1], b[..., k : k + 1, :], prime)
+        term = a[..., :, k : k + 1] * b[..., k : k + 1, :]
+        total += term if unreduced else term.remainder_(prime)
     return total.remainder_(prime)
 
 

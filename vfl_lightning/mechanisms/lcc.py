@@ -21,6 +21,7 @@ from vfl_lightning.mechanisms.field import (
     field_matmul,
     field_sum,
     lagrange_coefficients,
+    products_fit,
     random_field,
 )
 
@@ -225,10 +226,14 @@ class LagrangeCode:
             masks = random_field((self.T, weights.numel()), self.prime, generator, device=device)
         coefficients = self.encoder.to(device)
         # One fused pass per term, reduced in place: (N, numel) is the largest tensor of a round.
+        # Terms are summed unreduced when their sum fits in int64 (the same residue at the end).
+        unreduced = products_fit(self.T + 1, self.prime)
         shares = self.model_weights.to(device)[:, None] * weights.reshape(1, -1)
-        shares.remainder_(self.prime)
+        if not unreduced:
+            shares.remainder_(self.prime)
         for t in range(self.T):
-            shares += (coefficients[:, self.K + t, None] * masks[t]).remainder_(self.prime)
+            term = coefficients[:, self.K + t, None] * masks[t]
+            shares += term if unreduced else term.remainder_(self.prime)
         shares.remainder_(self.prime)
         return shares.reshape(self.num_clients, *weights.shape)
 
