@@ -87,7 +87,9 @@ class EmbeddingTable:
     iteration at which it was written (ages tau_{i,m} = t - written_at, paper §III-C).
 
     Tensors live on the module's device; reads and writes are index operations on whole
-    batches (no per-sample Python work).
+    batches (no per-sample Python work). Columns of one shape and dtype are held as one
+    (num_samples, num_clients, ...) tensor, ``columns`` being its views, so a read of every
+    client's entries is one index operation.
     """
 
     def __init__(self, columns: Sequence[torch.Tensor], written_at: torch.Tensor) -> None:
@@ -96,6 +98,10 @@ class EmbeddingTable:
                 f"written_at must have shape (num_samples, num_clients) = "
                 f"{(len(columns[0]), len(columns))}, got {tuple(written_at.shape)}"
             )
+        self.stacked: torch.Tensor | None = None
+        if len({(c.shape, c.dtype, c.device) for c in columns}) == 1:
+            self.stacked = torch.stack(list(columns), dim=1)
+            columns = self.stacked.unbind(1)
         self.columns = list(columns)
         self.written_at = written_at
 
@@ -119,6 +125,8 @@ class EmbeddingTable:
 
     def read(self, idx: torch.Tensor) -> list[torch.Tensor]:
         """Every client's latest embedding of the samples ``idx``."""
+        if self.stacked is not None:
+            return list(self.stacked[idx].unbind(1))
         return [column[idx] for column in self.columns]
 
     def ages(self, idx: torch.Tensor, iteration: int) -> torch.Tensor:
