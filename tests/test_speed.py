@@ -14,6 +14,7 @@ from lightning.pytorch.loggers import Logger
 from vfl_lightning.algorithms.zoo import (
     double_parameters,
     evaluate_at,
+    evaluation_parameters,
     flat_parameters,
     perturbed_outputs,
     unflatten_parameters,
@@ -127,6 +128,8 @@ def test_zoo_queries_without_vmap_equal_functional_call(model):
         expected = torch.func.functional_call(model, double_parameters(model), (stacked_input,))
         got = evaluate_at(model, double_parameters(model), stacked_input)
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
+        read_from_layers = evaluate_at(model, evaluation_parameters(model), stacked_input)
+        assert torch.equal(read_from_layers, got)
     assert (linear_chain(model) is None) == isinstance(model, CNNEncoder)
 
 

@@ -14,8 +14,8 @@ from vfl_lightning.algorithms.zoo import (
     ZooSettings,
     batch_losses,
     check_zoo_options,
-    double_parameters,
     evaluate_at,
+    evaluation_parameters,
     flat_parameters,
     perturbed_outputs,
     sample_directions,
@@ -325,7 +325,7 @@ class HybridVFL(VFLModule):
         """Step 2: [h, h_hat_1..h_hat_q] for each ZOO query, from the head before its update."""
         received: dict[int, torch.Tensor] = {}
         if queries:
-            head_parameters = double_parameters(self.head)
+            head_parameters = evaluation_parameters(self.head)
             for m, query in queries.items():
                 losses = self.query_losses(columns, m, query, y, head_parameters)
                 received[m] = self.wire.send(

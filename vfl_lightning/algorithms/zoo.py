@@ -208,6 +208,22 @@ def double_parameters(module: nn.Module) -> dict[str, torch.Tensor]:
     return {name: t.detach().double() for name, t in tensors.items()}
 
 
+def evaluation_parameters(module: nn.Module) -> dict[str, torch.Tensor]:
+    """What :func:`evaluate_at` needs of ``module`` at float64: for a fully connected model its
+    linear layers' parameters, read from the layers (no walk over the module's submodules);
+    otherwise :func:`double_parameters`."""
+    chain = linear_chain(module)
+    if chain is None:
+        return double_parameters(module)
+    tensors = {}
+    for prefix, layer in chain:
+        if isinstance(layer, nn.Linear):
+            tensors[f"{prefix}weight"] = layer.weight.detach().double()
+            if layer.bias is not None:
+                tensors[f"{prefix}bias"] = layer.bias.detach().double()
+    return tensors
+
+
 def batch_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Batch-mean cross-entropy of each of K stacked logit batches (K, B, C) -> (K,)."""
     k, b = logits.shape[:2]
