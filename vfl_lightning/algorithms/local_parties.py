@@ -38,10 +38,11 @@ class LocalParties(Parties):
     party's forward, backward and step at once.
 
     ``batch_parties``: parties of one fully connected (or polynomial network) architecture and
-    input shape are evaluated as one grouped computation (:class:`~vfl_lightning.models.batched.GroupedParties`); they stay
-    separate modules with separate optimizers and checkpoint keys. Data parallelism
-    (:meth:`use_rows`): each rank's parties embed the rank's rows, the embeddings are gathered
-    into the global batch, and the party gradients are summed across ranks before any step.
+    input shape are evaluated as one grouped computation
+    (:class:`~vfl_lightning.models.batched.GroupedParties`); they stay separate modules with
+    separate optimizers and checkpoint keys. Data parallelism (:meth:`use_rows`): each rank's
+    parties embed the rank's rows, the embeddings are gathered into the global batch, and the
+    party gradients are summed across ranks before any step.
     ``streams``: the server's generators, shared by the simulation (:class:`ServerStreams`).
 
     Every member enforces its own rules (its :class:`~vfl_lightning.algorithms.party_rules.
