@@ -273,7 +273,7 @@ def test_the_local_group_refuses_what_an_actor_refuses(make_cfg):
     parties = module.party_side
     state = parties.state_dict()
     messages = parties.send(xs, idx, stage="train", round=0)
-    with pytest.raises(PartyRefusal, match="^party 0 refused send: release rounds strictly"):
+    with pytest.raises(PartyRefusal, match="party 0 refused send: release rounds strictly"):
         parties.send(xs, idx, stage="train", round=0)
     with pytest.raises(PartyRefusal, match="^party 0 refused load_state: it loads state only"):
         parties.load_state_dict(state)
@@ -303,6 +303,82 @@ def test_ray_actors_refuse_the_rollback_and_the_plain_send(make_cfg, tmp_path, r
             ray.get(actor.send.remote(ROWS, "val", None))
     finally:
         ray.kill(actor)
+
+
+def test_ray_actors_refuse_a_repeated_mask_round_and_a_coded_plain_send(
+    make_cfg, tmp_path, ray_session
+):
+    """The issue's other two attacks on real Ray actor handles: two PBM parties that agreed
+    their pair seeds refuse a training round again (its masks again), and a FedVS client refuses
+    its plain embedding (``send(idx, stage, None)``) at every stage."""
+    import ray
+
+    cfg = make_cfg(*RAY_TWO_PARTIES, "algo=pbm", "runtime=ray", f"runtime.party_dir={tmp_path}")
+    factory, trust = PartyFactory.from_config(cfg), party_trust(cfg)
+    remote = ray.remote(SyncPartyActor).options(num_cpus=0)
+    handles = [remote.remote(factory, m, 1, trust) for m in range(2)]
+    _, module = build(make_cfg("experiment=fedvs_digits"))
+    fedvs = make_cfg("experiment=fedvs_digits", "runtime=ray", f"runtime.party_dir={tmp_path}")
+    client = (
+        ray.remote(FedVSPartyActor)
+        .options(num_cpus=0)
+        .remote(
+            PartyFactory.from_config(fedvs),
+            0,
+            1,
+            party_trust(fedvs),
+            code_parameters(module.codec),
+            None,
+        )
+    )
+    try:
+        published = ray.get([h.publish_key.remote(trust.run) for h in handles])
+        ids, keys = [i for i, _ in published], [k for _, k in published]
+        ray.get([h.agree.remote(trust.run, ids, keys) for h in handles])
+        ray.get(handles[0].send.remote(ROWS, "train", 0))
+        for repeated in (0, 0):
+            with pytest.raises(PartyRefusal, match="party 0 refused send: release rounds strictly"):
+                ray.get(handles[0].send.remote(ROWS, "train", repeated))
+        ray.get(handles[0].send.remote(ROWS, "train", 1))
+        for stage in ("train", "val", "test"):
+            with pytest.raises(PartyRefusal, match="a coded party releases only coded shares"):
+                ray.get(client.send.remote(ROWS, stage, None))
+    finally:
+        for handle in (*handles, client):
+            ray.kill(handle)
+
+
+@pytest.mark.slow
+def test_a_ray_run_stops_failed_in_one_line_when_a_party_refuses(make_cfg, tmp_path, ray_session):
+    """A Ray training run whose party 1 allows, in its own ``policy.yaml``, one release
+    of each row: the second epoch's first release is refused in that party's process; the run
+    stops with the party's line as the error, ``status: failed`` in results.json."""
+    import json
+    from pathlib import Path
+
+    from vfl_lightning.train import train
+
+    party = 1
+    folder = tmp_path / "parties" / f"party_{party}"
+    folder.mkdir(parents=True)
+    (folder / "policy.yaml").write_text("max_releases_per_row: 1\n")
+    cfg = make_cfg(
+        *RAY_TWO_PARTIES,
+        "algo=pbm",
+        "runtime=ray",
+        f"runtime.party_dir={tmp_path / 'parties'}",
+        "trainer.max_epochs=2",
+    )
+    with pytest.raises(PartyRefusal) as error:
+        train(cfg)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"party {party} refused send: ")
+    assert (
+        f"party_{party}/policy.yaml: max_releases_per_row=1: this would be release 2 of" in message
+    )
+    saved = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
+    assert saved["status"] == "failed" and saved["error"] == message
 
 
 def test_rows_outside_a_party_split_are_refused(make_cfg, tmp_path):
