@@ -12,6 +12,7 @@ pytest.importorskip("grpc")
 
 from conftest import compose_config  # noqa: E402
 
+from vfl_lightning.data.alignment import align_with_parties  # noqa: E402
 from vfl_lightning.data.export import export  # noqa: E402
 from vfl_lightning.mechanisms.certificates import write_development_ca  # noqa: E402
 from vfl_lightning.party import write_party_config  # noqa: E402
@@ -44,7 +45,26 @@ def session_of(root, overrides: list[str], seeds: str = "private"):
     proposal = make_proposal(proposing, module, datamodule, "0" * 32)[0]
     program.propose({"proposal": proposal})
     assert manifest.num_parties == module.num_parties
-    return program, program.session
+    session = program.session
+    before = {"idx": torch.arange(2), "stage": "train", "round": 0}
+    line = refusal(session.send, before)
+    assert line.endswith("it releases nothing before the PSI aligned its rows (Psi)")
+    # the PSI of the label holder with this party, through its Psi calls (the server's code)
+    ids = {stage: datamodule.split_index[stage] for stage in ("train", "val", "test")}
+    sent = []
+
+    def exchange(messages: list[bytes]) -> list[bytes]:
+        sent.append(messages[0])
+        return [session.psi({"message": messages[0]})["message"]]
+
+    report = align_with_parties(ids, exchange, 1)
+    assert report.aligned_rows == sum(len(rows) for rows in ids.values())
+    # a replayed message of the finished alignment (a new ALIGN too) is refused, rows unchanged
+    aligned = {stage: x.clone() for stage, x in session.features.items()}
+    for message in sent:
+        assert "its alignment is finished" in refusal(session.psi, {"message": message})
+    assert all(torch.equal(aligned[s], session.features[s]) for s in aligned)
+    return program, session
 
 
 def refusal(call, *args) -> str:

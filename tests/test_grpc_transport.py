@@ -253,10 +253,6 @@ def test_the_certified_key_of_a_run_is_refused_for_another_run(deployment):
             "runtime.party_seeds='private', its configuration has seeds='derived'",
         ),
         (lambda p: p.update(seed=7), "seed=7 in the proposal, seed=0 in its configuration"),
-        (
-            lambda p: p["ids"].update(train="0" * 64),
-            "the train split lists other samples (or another order) than its data file",
-        ),
         (lambda p: p["widths"].__setitem__(0, 99), "embedding width 99 in the proposal, 16"),
         (lambda p: p.update(party=1), "it addresses party 1 at this address, this is party 0"),
     ],

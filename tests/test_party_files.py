@@ -46,19 +46,27 @@ def test_export_writes_each_party_exactly_its_columns(digits_files):
     manifest = json.loads((digits_files / "manifest.json").read_text())
     assert manifest["num_parties"] == 4 and manifest["num_classes"] == 10
     assert manifest["party_shapes"] == [[1, 4, 4]] * 4 and manifest["server_shape"] is None
+    assert manifest["party_rows"] == [1797] * 4
     server = read_server_file(digits_files)
     assert server.features is None
+    where = {}  # sample id -> (stage, row of the stage)
     for stage in STAGES:
         split = original.splits[stage]
         np.testing.assert_array_equal(server.ids[stage], original.split_index[stage])
         assert np.array_equal(server.labels[stage], split.y.numpy())
-        for m in range(4):
-            party = read_party_file(digits_files, m)
-            assert party.features[stage].dtype == np.float32
-            assert party.features[stage].tobytes() == split.xs[m].numpy().tobytes()
-            np.testing.assert_array_equal(party.ids[stage], original.split_index[stage])
+        where |= {int(i): (stage, r) for r, i in enumerate(original.split_index[stage])}
+    orders = []
+    for m in range(4):
+        party = read_party_file(digits_files, m)
+        assert party.features.dtype == np.float32 and party.ids.dtype == np.int64
+        assert sorted(party.ids.tolist()) == list(range(1797))  # every row, its own order
+        orders.append(party.ids.tolist())
+        for i, row in zip(party.ids.tolist(), party.features, strict=True):
+            stage, r = where[i]
+            assert row.tobytes() == original.splits[stage].xs[m][r].numpy().tobytes()
+    assert len({tuple(o) for o in orders}) == 4
     with np.load(digits_files / party_file_name(2)) as archive:
-        assert sorted(archive.files) == sorted(f"{s}_{k}" for s in STAGES for k in ("ids", "x"))
+        assert sorted(archive.files) == ["ids", "x"]
 
 
 def test_files_datamodule_yields_the_original_batches(digits_files):
@@ -84,12 +92,10 @@ def test_each_holder_reads_only_its_own_file(digits_files, tmp_path):
         (server_only / party_file_name(m)).unlink()
     datamodule = PartyFilesDataModule(dir=str(server_only), party_columns=False)
     assert datamodule.party_shapes == [(1, 4, 4)] * 4
-    for split in datamodule.splits.values():
-        assert split.xs == []
-    xs, y, idx = next(iter(datamodule.train_dataloader()))
-    assert xs == [] and y.dtype == torch.long and idx.dtype == torch.long
-    held = [t for t in vars(datamodule).values() if isinstance(t, torch.Tensor)]
-    assert not any(t.is_floating_point() for t in held)
+    # no party column and no party's ids here: only the label holder's, awaiting the PSI
+    assert datamodule.splits == {} and datamodule.party_tables == []
+    assert sum(len(ids) for ids in datamodule.label_holder_ids.values()) == 1797
+    assert datamodule.pending.own is None
 
 
 def test_an_active_label_holder_keeps_its_own_slice_in_the_server_file(tmp_path):
@@ -104,8 +110,8 @@ def test_an_active_label_holder_keeps_its_own_slice_in_the_server_file(tmp_path)
     for stage in STAGES:
         for a, b in zip(full.splits[stage].xs, original.splits[stage].xs, strict=True):
             assert torch.equal(a, b)
-        (own,) = server_only.splits[stage].xs
-        assert torch.equal(own, original.splits[stage].xs[-1])
+        own = server_only.pending.own[stage]
+        assert torch.equal(torch.from_numpy(own), original.splits[stage].xs[-1])
 
 
 def test_a_run_from_party_files_has_the_original_model_digest(digits_files, make_cfg):
@@ -205,7 +211,7 @@ def test_a_party_index_out_of_range_is_named(digits_files):
         one_line_error(lambda bad=bad: read_party_file(digits_files, bad), "[0, 3]", repr(bad))
 
 
-def test_misaligned_rows_and_bad_labels_are_named(digits_files, tmp_path):
+def test_repeated_ids_bad_labels_and_bad_columns_are_named(digits_files, tmp_path):
     files = copy_of(digits_files, tmp_path / "files")
 
     def rewrite(name: str, change) -> None:
@@ -217,12 +223,12 @@ def test_misaligned_rows_and_bad_labels_are_named(digits_files, tmp_path):
         manifest["checksums"][name] = sha256_file(files / name)
         (files / "manifest.json").write_text(json.dumps(manifest))
 
-    rewrite(party_file_name(2), lambda a: a.update(val_ids=a["val_ids"][::-1].copy()))
-    one_line_error(lambda: PartyFilesDataModule(dir=str(files)), "party_2.npz", "val_ids differ")
+    rewrite(party_file_name(2), lambda a: a["ids"].__setitem__(1, a["ids"][0]))
+    one_line_error(lambda: PartyFilesDataModule(dir=str(files)), "party_2.npz", "repeats")
     rewrite("server.npz", lambda a: a["test_y"].__setitem__(0, 10))
     one_line_error(lambda: read_server_file(files), "test_y must lie in [0, 9]", "10]")
-    rewrite(party_file_name(0), lambda a: a.update(train_x=a["train_x"].astype(np.float64)))
-    one_line_error(lambda: read_party_file(files, 0), "train_x must be float32", "float64")
+    rewrite(party_file_name(0), lambda a: a.update(x=a["x"].astype(np.float64)))
+    one_line_error(lambda: read_party_file(files, 0), "x must be float32", "float64")
 
 
 def test_export_refuses_a_used_out_dir_and_party_files_input(digits_files, capsys):

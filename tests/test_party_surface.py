@@ -33,6 +33,7 @@ COMMON = {
     "save_state",  # a server checkpoint: the party saves its state in its own directory
     "load_state",  # a resume: the party restores its own state of the checkpoint's round
     "privacy_spent",  # results.json: the ε the party counted of its own releases, numbers only
+    "psi",  # the sample alignment: bytes in, bytes out; the party's scalar and ids stay inside
 }
 EXPECTED = {
     PartyActor: COMMON,

@@ -45,7 +45,7 @@ def test_plugin_protocol_mechanism_attack_and_dataset_train(runs):
     results = json.loads((runs[0] / "results.json").read_text())
     assert results["status"] == "finished"
     assert (results["algo"], results["mechanism"]) == ("sign_downlink", "uniform")
-    assert results["data"] == "plugins.blobs.load_blobs"
+    assert results["data"] == "blobs"
     # the plugins' own wire formats: 4-bit embeddings up, 1-bit signs and a float32 scale down
     rows = 600 - round(600 * 0.15) * 2  # the training split (val and test fractions 0.15)
     parties, width, epochs = 3, 16, 2
@@ -69,6 +69,48 @@ def test_plugin_partition_gives_each_party_every_mth_pixel(runs, tmp_path):
     datamodule, _ = build(cfg)
     for m, party in enumerate(datamodule.slices):
         assert np.array_equal(party.index, np.arange(m, 64, 4))
+
+
+def test_plugin_partition_takes_its_options_and_the_run_seed(tmp_path):
+    from plugins.shuffled_blocks import shuffled_blocks
+
+    from vfl_lightning.train import build
+
+    slices = {}
+    for seed in (3, 4):
+        cfg = compose_config(
+            tmp_path, SEARCH, "algo=npq", "data=digits_shuffled_blocks", f"seed={seed}"
+        )
+        datamodule, _ = build(cfg)
+        expected = shuffled_blocks((1, 8, 8), 4, block=4, seed=seed)
+        assert [s.index.tolist() for s in datamodule.slices] == [e.index.tolist() for e in expected]
+        slices[seed] = [s.index.tolist() for s in datamodule.slices]
+    assert slices[3] != slices[4]
+    with_option = compose_config(
+        tmp_path, SEARCH, "algo=npq", "data=digits_shuffled_blocks", "data.partition.block=8"
+    )
+    assert [len(s.index) for s in build(with_option)[0].slices] == [16] * 4
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("data.partition.block=four", "data.partition.block must be a finite number, got 'four'"),
+        ("data.partition.block=2.5", "data.partition.block must be an integer for shuffled_blocks"),
+        (
+            "data.partition._target_=plugins.nowhere.split",
+            "data.partition._target_=plugins.nowhere",
+        ),
+    ],
+)
+def test_a_bad_plugin_partition_option_is_one_error_line(tmp_path, override, words):
+    from vfl_lightning.errors import ConfigError
+    from vfl_lightning.train import train
+
+    cfg = compose_config(tmp_path, SEARCH, "algo=npq", "data=digits_shuffled_blocks", override)
+    with pytest.raises(ConfigError) as refused:
+        train(cfg)
+    assert words in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_plugin_runs_reach_the_report(runs, tmp_path):

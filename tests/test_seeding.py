@@ -87,7 +87,7 @@ def test_seeded_generator_draws_from_the_derived_seed():
         ((0, "party", "train", True), r"party must be an integer >= 0, got True"),
         (
             (0, "simulation", "train"),
-            r"role='simulation' draws only the streams \['canaries', 'fedvs_data', 'stragglers'\], got 'train'",
+            r"role='simulation' draws only the streams \['canaries', 'fedvs_data', 'overlap', 'stragglers'\], got 'train'",
         ),
     ],
 )

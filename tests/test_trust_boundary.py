@@ -13,6 +13,7 @@ from conftest import last_checkpoint, ray_party_dir
 from lightning import Callback
 
 from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.data.datamodule import VerticalDataModule
 from vfl_lightning.data.export import CONF_DIR, export
 from vfl_lightning.data.party_files import party_file_name
 from vfl_lightning.errors import ConfigError
@@ -177,11 +178,16 @@ def test_a_party_reads_its_own_file_and_no_other(tmp_path, make_cfg):
     (files / party_file_name(0)).unlink()
     (files / "server.npz").unlink()
     factory = PartyFactory.from_config(make_cfg("data=party_files", f"data.dir={files}"))
-    columns, shapes = factory.own_columns(1)
+    table, shapes = factory.own_columns(1)
     expected, _ = PartyFactory.from_config(make_cfg(*TWO_PARTIES)).own_columns(1)
     assert shapes[1] == tuple(expected["train"].shape[1:]) and len(shapes) == 2
-    for stage in ("train", "val", "test"):
-        assert torch.equal(columns[stage], expected[stage])
+    # the rows it holds, with their ids, in its own order: each row is the dataset's row
+    split_index = VerticalDataModule(num_parties=2, partition="halves").split_index
+    where = {int(i): (s, r) for s, rows in split_index.items() for r, i in enumerate(rows)}
+    assert sorted(table.ids.tolist()) == sorted(where)
+    for i, row in zip(table.ids.tolist(), table.features, strict=True):
+        stage, r = where[i]
+        assert torch.equal(torch.from_numpy(row), expected[stage][r])
     with pytest.raises(ValueError, match="party_0.npz is missing"):
         factory.own_columns(0)
 

@@ -38,6 +38,7 @@ SPECIAL_STREAMS = {
     ("simulation", "fedvs_data"): (7_919, 1),
     ("simulation", "stragglers"): (1, 7_177),
     ("simulation", "canaries"): (1_000_033, 9_973),
+    ("simulation", "overlap"): (1_000_037, 65_537),
     ("adversary", "attack"): (7_919, 23),
     ("adversary", "eavesdropper"): (1, 2_147),
     ("adversary", "collusion"): (1, 0),
@@ -45,7 +46,8 @@ SPECIAL_STREAMS = {
 """Streams whose seed is ``seed * a + b + index`` for the (a, b) given: the recipes these streams
 had before seeds were derived in one place, kept so every earlier run reproduces bit for bit.
 ``index`` numbers the generators of one stream (the shuffle's epoch, the data split's two draws,
-a defense's or an attack's name code)."""
+a defense's or an attack's name code, the simulated overlap's draw (0) and party m's row order
+(m + 1))."""
 
 
 def as_int64(value: int) -> int:

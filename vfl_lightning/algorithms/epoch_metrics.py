@@ -138,4 +138,5 @@ class EpochMetrics(L.LightningModule):
         out["comm/peer_mb"] = self.wire.ledger.megabytes("peer")
         if self.wire.ledger.socket_bytes is not None:
             out["comm/socket_mb"] = self.wire.ledger.socket_bytes / 1e6
+        out["comm/psi_mb"] = self.wire.ledger.psi_bytes / 1e6
         return out | self.party_privacy()

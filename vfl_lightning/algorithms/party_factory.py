@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from vfl_lightning.data.alignment import PartyTable
 from vfl_lightning.errors import ConfigError
 
 PARTY_GROUPS = ("seed", "data", "party", "mechanism", "optimizer")
@@ -27,14 +28,17 @@ def chosen_configs() -> dict:
 
 @dataclass
 class PartyKit:
-    """What one party holds: its feature slice of every split, its model, optimizer, mechanism,
-    and the data's canary records (an audit's rows and coins, drawn from the run's seed)."""
+    """What one party holds: its feature slice of every split (or, while its rows await the PSI,
+    ``features`` None and its ``table``: the rows it holds, ids and columns in its own order), its
+    model, optimizer, mechanism, and the data's canary records (an audit's rows and coins, drawn
+    from the run's seed)."""
 
-    features: dict[str, torch.Tensor]
+    features: dict[str, torch.Tensor] | None
     model: nn.Module
     optimizer: torch.optim.Optimizer
     mechanism: object
     canary_records: dict = field(default_factory=dict)
+    table: PartyTable | None = None
 
 
 class PartyFactory:
@@ -50,6 +54,7 @@ class PartyFactory:
                 f"a party factory needs the config groups {PARTY_GROUPS}, missing {missing}"
             )
         self.config = {group: config[group] for group in PARTY_GROUPS}
+        self.config["data"] = partition_as_partial(self.config["data"])
 
     @classmethod
     def from_config(cls, cfg) -> PartyFactory:
@@ -112,15 +117,21 @@ class PartyFactory:
 
         return issubclass(get_class(self.config["data"]["_target_"]), PartyFilesDataModule)
 
-    def own_columns(self, party: int) -> tuple[dict[str, torch.Tensor], list[tuple[int, ...]]]:
-        """Party ``party``'s columns of every split and every party's input shape: from its own
-        party file alone (``data=party_files``), or from the built-in data module, whose other
-        columns and labels are dropped before this returns."""
+    def own_columns(
+        self, party: int
+    ) -> tuple[dict[str, torch.Tensor] | PartyTable, list[tuple[int, ...]]]:
+        """Party ``party``'s columns and every party's input shape: the rows it holds, with their
+        ids, awaiting the PSI (a :class:`PartyTable`: its own party file alone with
+        ``data=party_files``, or its simulated rows of the built-in data module with
+        ``data.overlap`` < 1), or its columns of every split when every party holds every row in
+        the label holder's order. The data module's other columns and labels are dropped before
+        this returns."""
         columns, shapes, _ = self.own_data(party)
         return columns, shapes
 
-    def own_data(self, party: int) -> tuple[dict[str, torch.Tensor], list, dict]:
-        """:meth:`own_columns`, and the data's canary records (none for party files)."""
+    def own_data(self, party: int) -> tuple[dict[str, torch.Tensor] | PartyTable, list, dict]:
+        """:meth:`own_columns`, and the data's canary records (none for party files or rows that
+        await the PSI)."""
         if self.reads_party_files:
             from vfl_lightning.data.party_files import read_manifest, read_party_file
 
@@ -128,11 +139,12 @@ class PartyFactory:
             shapes = list(manifest.party_shapes)
             check_party_index(party, len(shapes))
             own = read_party_file(self.config["data"]["dir"], party)
-            features = {stage: torch.from_numpy(x) for stage, x in own.features.items()}
-            return features, shapes, {}
-        datamodule = self.datamodule()
+            return PartyTable(own.ids, own.features), shapes, {}
+        datamodule = self.datamodule(defer_alignment=True, score_split=False)
         shapes = datamodule.party_shapes
         check_party_index(party, len(shapes))
+        if datamodule.pending is not None:
+            return datamodule.party_tables[party], shapes, {}
         columns = {stage: split.xs[party] for stage, split in datamodule.splits.items()}
         return columns, shapes, dict(datamodule.canary_records)
 
@@ -160,11 +172,22 @@ class PartyFactory:
 
         L.seed_everything(self.seed, workers=True, verbose=False)
         columns, shapes, records = self.own_data(party)
-        features = {stage: x.to(device) for stage, x in columns.items()}
+        table = columns if isinstance(columns, PartyTable) else None
+        features = None if table else {stage: x.to(device) for stage, x in columns.items()}
         model = self.party_models(shapes)[party].to(device)
         optimizer = self.optimizer()(model.parameters())
         mechanism = self.mechanism(len(shapes))
-        return PartyKit(features, model, optimizer, mechanism, records)
+        return PartyKit(features, model, optimizer, mechanism, records, table)
+
+
+def partition_as_partial(data: dict) -> dict:
+    """The data config with a partition node (``data.partition: {_target_: ..., options}``)
+    marked ``_partial_``: Hydra then hands the data module the function with its options, which
+    the data module calls with the feature shape, the party count, the seed and the rows."""
+    partition = data.get("partition") if isinstance(data, dict) else None
+    if isinstance(partition, dict) and "_target_" in partition:
+        return {**data, "partition": {**partition, "_partial_": True}}
+    return data
 
 
 def check_party_index(party: int, num_parties: int) -> None:

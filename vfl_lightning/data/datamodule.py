@@ -12,32 +12,29 @@ from collections.abc import Mapping, Sequence
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Sampler
 
+from vfl_lightning.data.alignment import (
+    LabelHolderRows,
+    PartyTable,
+    check_overlap,
+    simulate_holdings,
+)
 from vfl_lightning.data.canaries import CanaryRecord, place_canaries, place_label_canaries
 from vfl_lightning.data.datasets import load_dataset
 from vfl_lightning.data.partition import PartySlice, make_partition
 from vfl_lightning.data.raw import RawDataset, binary_view
 from vfl_lightning.data.resumable import ResumableLoader
+from vfl_lightning.data.splits import (
+    AlignedSplits,
+    PartyTensors,
+    cached_split_scores,
+    check_psi,
+    column,
+)
 from vfl_lightning.seeding import derive_seed
 
 STAGES = ("train", "val", "test")
-
-
-class PartyTensors(Dataset):
-    """One split held as per-party tensors; indexing with a tensor (or list) of indices returns a
-    whole batch."""
-
-    def __init__(self, xs: list[torch.Tensor], y: torch.Tensor) -> None:
-        self.xs = xs
-        self.y = y
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, index):
-        idx = torch.as_tensor(index, dtype=torch.long)
-        return [x[idx] for x in self.xs], self.y[idx], idx
 
 
 def as_is(batch):
@@ -83,8 +80,11 @@ class EpochBatchSampler(Sampler[torch.Tensor]):
             yield order[start : start + self.batch_size]
 
 
-class VerticalDataModule(L.LightningDataModule):
-    """Loads ``name``, splits it (seeded, stratified), scales on train only, partitions it.
+class VerticalDataModule(AlignedSplits, L.LightningDataModule):
+    """Loads the dataset (``loader``: a built-in name or a loader's dotted path; by default
+    ``name``, which otherwise only names the data), splits it (seeded, stratified), scales on
+    train only, partitions it (``partition``: a name, or a config node with its ``_target_``
+    and options, :func:`~vfl_lightning.data.partition.make_partition`).
 
     ``num_parties`` counts every feature holder. With ``active_party=True`` the label holder (the
     server) also holds features: the last of the ``num_parties`` slices is the server's, so
@@ -96,13 +96,21 @@ class VerticalDataModule(L.LightningDataModule):
     is the share of its official training rows held out for validation (``test_fraction`` is
     unused). Otherwise ``test_fraction`` and ``val_fraction`` are shares of all rows: the test rows
     are drawn first, the validation rows from the rest (both stratified, seeded).
+
+    Alignment (:class:`AlignedSplits`): with ``overlap`` < 1 (or ``psi="always"``) each party on
+    the wire holds its own rows with their sample ids, in its own order
+    (:func:`~vfl_lightning.data.alignment.simulate_holdings`: a share ``overlap`` of the rows is
+    held by every party), and the splits keep the rows the ECDH-PSI finds at every party. The
+    label holder holds every row and its split decides the stages. ``defer_alignment=True`` (the
+    runtime's choice, not the config's) stops before the PSI: the runtime runs it between the
+    processes that hold the rows.
     """
 
     def __init__(
         self,
         name: str = "digits",
         num_parties: int = 4,
-        partition: str = "quadrants",
+        partition="quadrants",
         columns: Sequence[Sequence[int]] | None = None,
         batch_size: int = 32,
         eval_batch_size: int = 512,
@@ -116,6 +124,11 @@ class VerticalDataModule(L.LightningDataModule):
         active_party: bool = False,
         binary: bool = False,
         canaries: Mapping[str, Mapping] | None = None,
+        overlap: float = 1.0,
+        psi: str = "auto",
+        defer_alignment: bool = False,
+        score_split: bool = True,
+        loader: str | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -134,7 +147,12 @@ class VerticalDataModule(L.LightningDataModule):
             )
         if scaling not in ("standard", "none"):
             raise ValueError(f"scaling must be 'standard' or 'none', got {scaling!r}")
+        self.overlap = check_overlap(overlap)
+        self.psi = check_psi(psi)
+        self.defer_alignment = bool(defer_alignment)
+        self.score_split = bool(score_split)
         self.name = name
+        self.loader = loader or name
         self.num_parties = num_parties
         self.partition = partition
         self.columns = columns
@@ -152,6 +170,7 @@ class VerticalDataModule(L.LightningDataModule):
         self.canaries = {name: dict(spec) for name, spec in (canaries or {}).items()}
         self.canary_records: dict[str, CanaryRecord] = {}
         self.splits: dict[str, PartyTensors] = {}
+        self.start_alignment()
         self.slices: list[PartySlice] = []
         self.num_classes: int = 0
         self._prepared = False
@@ -160,7 +179,7 @@ class VerticalDataModule(L.LightningDataModule):
     # The data are small and preloaded: everything happens once, at construction, so that
     # ``party_shapes`` and ``num_classes`` are known before the models are built.
     def prepare(self) -> None:
-        raw = load_dataset(self.name, self.data_dir, **self.options)
+        raw = load_dataset(self.loader, self.data_dir, **self.options)
         if self.binary:
             raw = binary_view(raw)
         self.raw_name = raw.name
@@ -177,8 +196,19 @@ class VerticalDataModule(L.LightningDataModule):
             view_sizes=raw.view_sizes,
             x_train=x_train,
             y_train=raw.y[index["train"]],
+            seed=self.seed,
+        )
+        self.split_scores = (
+            cached_split_scores(self.score_key(), x_train, raw.y[index["train"]], self.slices)
+            if self.score_split
+            else {}
         )
         mean, std = self._scaling_stats(x_train, raw.is_image)
+        self.split_index = index
+        if self.simulates_holdings:
+            self._hold_rows(raw, index, mean, std)
+            self._prepared = True
+            return
         for stage, rows in index.items():
             flat = ((raw.x[rows] - mean) / std).reshape(len(rows), num_features)
             xs = [
@@ -188,7 +218,6 @@ class VerticalDataModule(L.LightningDataModule):
                 for s in self.slices
             ]
             self.splits[stage] = PartyTensors(xs, torch.from_numpy(raw.y[rows]))
-        self.split_index = index
         if self.canaries:
             self.canary_records = place_canaries(
                 self.splits["train"].xs,
@@ -198,6 +227,49 @@ class VerticalDataModule(L.LightningDataModule):
             )
             place_label_canaries(self.splits["train"].y, self.canary_records)
         self._prepared = True
+
+    def score_key(self) -> tuple:
+        """What the training rows and the split depend on (the key of the split scores' cache)."""
+        return (
+            self.loader,
+            repr(sorted(self.options.items())),
+            self.binary,
+            self.val_fraction,
+            self.test_fraction,
+            self.seed,
+            tuple(s.index.tobytes() for s in self.slices),
+        )
+
+    @property
+    def simulates_holdings(self) -> bool:
+        """Whether the parties hold rows of their own that the PSI aligns."""
+        return self.overlap < 1.0 or self.psi == "always"
+
+    def _hold_rows(self, raw: RawDataset, index: dict, mean, std) -> None:
+        """Each wire party's own rows (ids and columns, its own order) and the label holder's
+        (ids, labels, its own slice), then the PSI here unless the runtime runs it."""
+        if self.canaries:
+            raise ValueError(
+                "an audit= writes canaries into the aligned training rows of every party; run "
+                f"it with data.overlap=1 and data.psi=auto (got overlap={self.overlap:g}, "
+                f"psi={self.psi})"
+            )
+        flat = ((raw.x - mean) / std).reshape(len(raw.x), -1)
+        wire = self.slices[:-1] if self.active_party else self.slices
+        holdings = simulate_holdings(len(raw.x), self.overlap, len(wire), self.seed)
+        self.party_tables = [
+            PartyTable(rows, column(flat, rows, s)) for rows, s in zip(holdings, wire, strict=True)
+        ]
+        own = None
+        if self.active_party:
+            own = {stage: column(flat, rows, self.slices[-1]) for stage, rows in index.items()}
+        self.pending = LabelHolderRows(
+            ids={stage: rows.astype(np.int64) for stage, rows in index.items()},
+            labels={stage: raw.y[rows] for stage, rows in index.items()},
+            own=own,
+        )
+        if not self.defer_alignment:
+            self.align_here()
 
     def _split_indices(self, raw: RawDataset) -> dict[str, np.ndarray]:
         everything = np.arange(len(raw.y))

@@ -1,7 +1,8 @@
 """Dataset loaders: each returns a :class:`RawDataset` (all samples, before splitting or scaling).
 
 Plain numpy. Loaders take ``data_dir`` (the download cache, unused by embedded sets) and keyword
-options from the data config's ``options``; :data:`LOADERS` maps the public ``data.name`` to them.
+options from the data config's ``options``; :data:`LOADERS` maps the public ``data.name`` (or
+``data.loader``) to them.
 """
 
 from __future__ import annotations

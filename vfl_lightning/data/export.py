@@ -1,8 +1,12 @@
 """``python -m vfl_lightning.data.export <hydra overrides> --out DIR``: the run's data, built as
 train.py builds it, written as one file per party, one for the server and a manifest.
 
-The overrides are train.py's (``data=mnist data.num_parties=4 seed=1``); the split, partition and
-scaling are the data module's, so ``data=party_files data.dir=DIR`` trains on the same batches.
+The overrides are train.py's (``data=mnist data.num_parties=4 data.overlap=0.8 seed=1``); the
+split, partition and scaling are the data module's. Each party's file holds the rows it holds
+(``data.overlap``: the share of the label holder's rows that every party holds, the others
+missing at one party or more) with their sample ids, in its own shuffled order; the server's file
+every row of the label holder's split. ``data=party_files data.dir=DIR`` aligns them by the PSI
+and, at ``data.overlap=1``, trains on the same batches as the dataset itself.
 """
 
 from __future__ import annotations
@@ -40,37 +44,35 @@ def compose_run_config(overrides: list[str], config_dir: Path = CONF_DIR):
 def export(overrides: list[str], out: Path, config_dir: Path = CONF_DIR) -> Manifest:
     """Build the data module of ``overrides`` and write its party files into ``out``."""
     import lightning as L
-    from hydra.utils import instantiate
+    from hydra.utils import get_class
     from omegaconf import OmegaConf
 
+    from vfl_lightning.algorithms.party_factory import PartyFactory
     from vfl_lightning.data.datamodule import VerticalDataModule
     from vfl_lightning.data.files_datamodule import PartyFilesDataModule
 
     cfg = compose_run_config(overrides, config_dir)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    datamodule = instantiate(cfg.data)
-    if isinstance(datamodule, PartyFilesDataModule) or not isinstance(
-        datamodule, VerticalDataModule
-    ):
+    target = get_class(cfg.data._target_)
+    if issubclass(target, PartyFilesDataModule) or not issubclass(target, VerticalDataModule):
         raise PartyFilesError(
             f"export needs a dataset config (data=digits, data=mnist, ...), got "
             f"{cfg.data.get('_target_')}"
         )
-    wire_parties = len(datamodule.party_shapes)
-    splits = datamodule.splits
-    party_features = [{s: splits[s].xs[m].numpy() for s in STAGES} for m in range(wire_parties)]
-    server_features = (
-        {s: splits[s].xs[-1].numpy() for s in STAGES} if datamodule.active_party else None
-    )
+    datamodule = PartyFactory.from_config(cfg).datamodule(psi="always", defer_alignment=True)
+    pending = datamodule.pending
+    tables = datamodule.party_tables
     return write_party_files(
         out,
         dataset=datamodule.raw_name,
         num_classes=datamodule.num_classes,
-        ids={s: datamodule.split_index[s] for s in STAGES},
-        labels={s: splits[s].y.numpy() for s in STAGES},
-        party_features=party_features,
-        server_features=server_features,
+        ids=pending.ids,
+        labels=pending.labels,
+        party_ids=[table.ids for table in tables],
+        party_features=[table.features for table in tables],
+        server_features=pending.own,
         export_settings=export_settings(OmegaConf.to_container(cfg.data, resolve=True)),
+        split_scores=datamodule.split_scores,
     )
 
 
@@ -105,9 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error_summary(error)}", file=sys.stderr)
         return code
     sizes = ", ".join(f"{s} {manifest.split_sizes[s]}" for s in STAGES)
+    rows = ", ".join(str(n) for n in manifest.party_rows)
     print(
         f"wrote {manifest.num_parties} party files, server.npz and manifest.json to {args.out} "
-        f"({manifest.dataset}: {sizes}; {manifest.num_classes} classes)"
+        f"({manifest.dataset}: label holder {sizes}; parties' rows {rows}; "
+        f"{manifest.num_classes} classes)"
     )
     return 0
 

@@ -1,10 +1,13 @@
 """PartyFilesDataModule (``data=party_files data.dir=DIR``): the VerticalDataModule's batches, read
-from exported party files; with ``party_columns=False`` the label holder's ids and labels only.
+from exported party files and aligned by the ECDH-PSI; with ``party_columns=False`` the label
+holder's ids and labels only.
 
-``party_columns=True`` (the local simulation) reads every file and yields ``(xs, y, idx)`` exactly
-as the data module the files were exported from. ``party_columns=False`` (chosen by the runtime
-whose parties read their own files, not by the data config) reads ``server.npz`` alone: a batch
-is ``(xs, y, idx)`` with ``xs`` empty (or only the label holder's own slice when it holds
+``party_columns=True`` (the local simulation) reads every file, runs the PSI between the label
+holder and every party in this process, and yields ``(xs, y, idx)`` of the aligned rows, in the
+label holder's order (with every row held by every party: exactly as the data module the files
+were exported from). ``party_columns=False`` (chosen by the runtime whose parties read their own
+files, not by the data config) reads ``server.npz`` alone and leaves the PSI to the runtime: a
+batch is ``(xs, y, idx)`` with ``xs`` empty (or only the label holder's own slice when it holds
 features), so no party's column ever exists in this process.
 """
 
@@ -13,13 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning as L
-import torch
 
-from vfl_lightning.data.datamodule import PartyTensors, VerticalDataModule
+from vfl_lightning.data.alignment import LabelHolderRows, PartyTable, check_overlap
+from vfl_lightning.data.datamodule import VerticalDataModule, check_psi
+from vfl_lightning.data.partition_options import partition_setting
 from vfl_lightning.data.party_files import (
-    STAGES,
     PartyFilesError,
-    check_aligned,
     check_settings,
     read_manifest,
     read_party_file,
@@ -46,7 +48,7 @@ class PartyFilesDataModule(VerticalDataModule):
         drop_last: bool = False,
         party_columns: bool = True,
         num_parties: int | None = None,
-        partition: str | None = None,
+        partition=None,
         columns: list | None = None,
         val_fraction: float | None = None,
         test_fraction: float | None = None,
@@ -54,6 +56,8 @@ class PartyFilesDataModule(VerticalDataModule):
         options: dict | None = None,
         active_party: bool | None = None,
         binary: bool | None = None,
+        overlap: float | None = None,
+        psi: str = "auto",
     ) -> None:
         L.LightningDataModule.__init__(self)
         for label, size in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
@@ -71,9 +75,10 @@ class PartyFilesDataModule(VerticalDataModule):
         self.seed = seed
         self.drop_last = drop_last
         self.party_columns = bool(party_columns)
+        self.psi = check_psi(psi)
         self.settings = {
             "num_parties": num_parties,
-            "partition": partition,
+            "partition": partition_setting(partition),
             "columns": columns,
             "val_fraction": val_fraction,
             "test_fraction": test_fraction,
@@ -81,8 +86,10 @@ class PartyFilesDataModule(VerticalDataModule):
             "options": options,
             "active_party": active_party,
             "binary": binary,
+            "overlap": None if overlap is None else check_overlap(overlap),
         }
-        self.splits: dict[str, PartyTensors] = {}
+        self.splits = {}
+        self.start_alignment()
         self.prepare()
 
     def prepare(self) -> None:
@@ -90,23 +97,19 @@ class PartyFilesDataModule(VerticalDataModule):
         check_settings(manifest, self.dir, self.settings)
         server = read_server_file(self.dir)
         self.raw_name = manifest.dataset
+        self.split_scores = dict(manifest.split_scores)
         self.num_classes = manifest.num_classes
         self.active_party = manifest.server_shape is not None
         self._party_shapes = list(manifest.party_shapes)
         self._server_shape = manifest.server_shape
         self.num_parties = manifest.num_parties + int(self.active_party)
-        columns = []
+        self.split_index = dict(server.ids)
+        self.pending = LabelHolderRows(ids=server.ids, labels=server.labels, own=server.features)
         if self.party_columns:
             for m in range(manifest.num_parties):
                 party = read_party_file(self.dir, m)
-                check_aligned(server, party, self.dir)
-                columns.append(party.features)
-        if server.features is not None:
-            columns.append(server.features)
-        for stage in STAGES:
-            xs = [torch.from_numpy(features[stage]) for features in columns]
-            self.splits[stage] = PartyTensors(xs, torch.from_numpy(server.labels[stage]))
-        self.split_index = server.ids
+                self.party_tables.append(PartyTable(party.ids, party.features))
+            self.align_here()
         self._prepared = True
 
     @property

@@ -3,16 +3,34 @@
 Plain numpy. A partition maps a sample's feature shape (``(F,)`` for tables, ``(C, H, W)`` for
 images) to one :class:`PartySlice` per party: the flat indices (C-order) of its features and the
 shape its slice has. Every feature belongs to exactly one party.
+
+``data.partition`` names one (a key of :data:`PARTITIONS`, or a dotted path), or is a config node
+``{_target_: function, option: value, ...}``: the function is called with the feature shape, the
+number of parties, its options, and those of ``seed`` (the run's), ``x_train``/``y_train`` (the
+training rows), ``columns`` and ``view_sizes`` that its signature takes
+(:func:`make_partition`).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from vfl_lightning.data.partition_options import check_options
 from vfl_lightning.data.raw import named_or_imported
+from vfl_lightning.data.vertibench import (
+    assign_by_importance,
+    correlation_split,
+    feature_importance,
+    sample_rows,
+    spearman,
+)
 
 
 @dataclass(frozen=True)
@@ -168,40 +186,6 @@ def views(
     return slices
 
 
-def feature_importance(
-    x_train: np.ndarray, y_train: np.ndarray, *, bins: int = 16, max_rows: int = 10_000
-) -> np.ndarray:
-    """Importance of each flat feature: its mutual information (nats) with the label.
-
-    Plug-in estimate on equal-frequency bins: each feature is cut at its ``bins``-quantiles of the
-    training rows (ties stay together, so a constant feature scores exactly 0), then
-    I(X_j; Y) = sum p(b, c) log(p(b, c) / (p(b) p(c))) from one joint histogram of all features.
-    At most ``max_rows`` evenly spaced rows are used. Deterministic and vectorized.
-    """
-    flat = np.asarray(x_train, dtype=np.float64).reshape(len(x_train), -1)
-    labels = np.asarray(y_train)
-    if len(flat) != len(labels):
-        raise ValueError(f"x_train has {len(flat)} rows but y_train has {len(labels)} labels")
-    if len(flat) > max_rows:
-        rows = np.linspace(0, len(flat) - 1, max_rows).astype(np.int64)
-        flat, labels = flat[rows], labels[rows]
-    _, label_codes = np.unique(labels, return_inverse=True)
-    num_rows, num_features = flat.shape
-    num_labels = int(label_codes.max()) + 1
-    inner_edges = np.quantile(flat, np.linspace(0, 1, bins + 1)[1:-1], axis=0)
-    codes = np.zeros((num_rows, num_features), dtype=np.int64)
-    for edge in inner_edges:
-        codes += flat > edge
-    cell = (np.arange(num_features) * bins + codes) * num_labels + label_codes[:, None]
-    joint = np.bincount(cell.ravel(), minlength=num_features * bins * num_labels)
-    joint = joint.reshape(num_features, bins, num_labels) / num_rows
-    p_bin = joint.sum(axis=2, keepdims=True)
-    p_label = joint.sum(axis=1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = joint * np.log(joint / (p_bin * p_label))
-    return np.nansum(terms, axis=(1, 2))
-
-
 def importance(
     feature_shape: Sequence[int],
     num_parties: int,
@@ -239,6 +223,65 @@ def importance(
     return slices
 
 
+def vertibench_importance(
+    feature_shape: Sequence[int],
+    num_parties: int,
+    *,
+    alpha: float = 1.0,
+    x_train: np.ndarray | None = None,
+    y_train: np.ndarray | None = None,
+    seed: int = 0,
+) -> list[PartySlice]:
+    """VertiBench's importance split: the parties' shares of the total feature importance drawn
+    from a symmetric Dirichlet(``alpha``) (seeded by the run's ``seed``), the features assigned
+    most important first to the party furthest below its share; every party gets at least one
+    feature. Small α: a few parties hold most of the importance; large α: balanced."""
+    num_features = int(np.prod(feature_shape))
+    _check_num_parties(num_parties, num_features)
+    alpha = _positive("vertibench_importance", "alpha", alpha)
+    if x_train is None or y_train is None:
+        raise ValueError("partition 'vertibench_importance' needs the training rows")
+    x, y = sample_rows(x_train, y_train)
+    shares = np.random.default_rng([seed, 1_000_003]).dirichlet(np.full(num_parties, alpha))
+    parts = assign_by_importance(feature_importance(x, y), shares)
+    return [PartySlice(index, (len(index),)) for index in parts]
+
+
+def vertibench_correlation(
+    feature_shape: Sequence[int],
+    num_parties: int,
+    *,
+    beta: float = 0.5,
+    evaluations: int = 300,
+    x_train: np.ndarray | None = None,
+    seed: int = 0,
+) -> list[PartySlice]:
+    """VertiBench's correlation split: parties of (nearly) equal size whose Icor lies a share
+    ``beta`` of the way from its minimum (correlated features inside the same party) to its
+    maximum (correlated features spread across parties), found by a seeded swap search of
+    ``evaluations`` proposals per step (:func:`~vfl_lightning.data.vertibench.correlation_split`)."""
+    num_features = int(np.prod(feature_shape))
+    _check_num_parties(num_parties, num_features)
+    if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0 <= beta <= 1:
+        raise ValueError(f"data.partition.beta must be a number in [0, 1], got {beta!r}")
+    if isinstance(evaluations, bool) or not isinstance(evaluations, int) or evaluations < 1:
+        raise ValueError(f"data.partition.evaluations must be an integer >= 1, got {evaluations!r}")
+    if x_train is None:
+        raise ValueError("partition 'vertibench_correlation' needs the training rows")
+    x, _ = sample_rows(x_train)
+    corr = spearman(x)
+    parts = correlation_split(
+        corr, _block_sizes(num_features, num_parties), float(beta), seed, evaluations
+    )
+    return [PartySlice(index, (len(index),)) for index in parts]
+
+
+def _positive(name: str, key: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"data.partition.{key} must be a number > 0 for {name}, got {value!r}")
+    return float(value)
+
+
 PARTITIONS = {
     "even": even,
     "quadrants": quadrants,
@@ -247,11 +290,40 @@ PARTITIONS = {
     "explicit": explicit,
     "views": views,
     "importance": importance,
+    "vertibench_importance": vertibench_importance,
+    "vertibench_correlation": vertibench_correlation,
 }
 
 
+def partition_function(spec) -> tuple[typing.Callable, dict]:
+    """(function, options) of ``data.partition``: a name or dotted path (no options), a config
+    node ``{_target_: ..., **options}``, or a ``functools.partial`` of one. Unknown names and
+    targets, and options the function does not take or of the wrong type, are one line each."""
+    if isinstance(spec, functools.partial):
+        function, options = spec.func, dict(spec.keywords)
+    elif isinstance(spec, typing.Mapping):
+        options = {k: v for k, v in spec.items() if k not in ("_target_", "_partial_")}
+        target = spec.get("_target_")
+        if not isinstance(target, str) or "." not in target:
+            raise ValueError(
+                f"data.partition._target_ must be a dotted path package.module.function, got "
+                f"{target!r}"
+            )
+        module, _, attribute = target.rpartition(".")
+        try:
+            function = getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as error:
+            raise ValueError(
+                f"data.partition._target_={target} cannot be imported: {error}"
+            ) from None
+    else:
+        function, options = named_or_imported(spec, PARTITIONS, "partition"), {}
+    check_options(function, options)
+    return function, options
+
+
 def make_partition(
-    kind: str,
+    kind,
     feature_shape: Sequence[int],
     num_parties: int,
     *,
@@ -259,18 +331,27 @@ def make_partition(
     view_sizes: Sequence[int] | None = None,
     x_train: np.ndarray | None = None,
     y_train: np.ndarray | None = None,
+    seed: int = 0,
 ) -> list[PartySlice]:
-    """Build the partition ``kind`` for ``num_parties`` parties: one of :data:`PARTITIONS`, or
-    the dotted path of a function ``(feature_shape, num_parties) -> list[PartySlice]`` outside
-    the library.
+    """Build the partition ``kind`` for ``num_parties`` parties: one of :data:`PARTITIONS`, the
+    dotted path of a function ``(feature_shape, num_parties, ...) -> list[PartySlice]`` outside
+    the library, or a config node with its ``_target_`` and options (:func:`partition_function`).
 
-    ``x_train``/``y_train`` (training rows only) are needed by ``importance``.
+    Each function also gets, when its signature takes them, the run's ``seed``, the training rows
+    ``x_train``/``y_train`` (``importance``, the VertiBench splits), ``columns`` (``explicit``)
+    and ``view_sizes`` (``views``).
     """
-    partition = named_or_imported(kind, PARTITIONS, "partition")
-    if kind == "explicit":
-        return explicit(feature_shape, num_parties, columns)
-    if kind == "views":
-        return views(feature_shape, num_parties, view_sizes)
-    if kind == "importance":
-        return importance(feature_shape, num_parties, x_train, y_train)
-    return partition(feature_shape, num_parties)
+    function, options = partition_function(kind)
+    context = {
+        "seed": seed,
+        "x_train": x_train,
+        "y_train": y_train,
+        "columns": columns,
+        "view_sizes": view_sizes,
+    }
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        parameters = {}
+    given = {k: v for k, v in context.items() if k in parameters and k not in options}
+    return function(feature_shape, num_parties, **options, **given)

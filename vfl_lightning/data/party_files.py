@@ -1,11 +1,13 @@
-"""Party files: one file per party (its sample ids and only its columns), one for the server (ids and
-labels), and a manifest; written by ``python -m vfl_lightning.data.export``, read one holder at a time.
+"""Party files: one file per party (the rows it holds: their sample ids and only its columns, in its
+own order), one for the label holder (ids and labels of every stage of its split), and a manifest;
+written by ``python -m vfl_lightning.data.export``, read one holder at a time. The rows the parties
+share are found by the PSI before training (:mod:`vfl_lightning.data.alignment`).
 
 Layout of a directory::
 
-    manifest.json   format, dataset, num_parties, party_shapes, server_shape, num_classes,
-                    split sizes, SHA-256 of every file
-    party_<m>.npz   <stage>_ids (int64), <stage>_x (float32, the party's slice shape) per stage
+    manifest.json   format, dataset, num_parties, party_shapes, party_rows, server_shape,
+                    num_classes, split sizes, SHA-256 of every file
+    party_<m>.npz   ids (int64 or strings), x (float32, the party's slice shape), its own order
     server.npz      <stage>_ids, <stage>_y (int64); <stage>_x too when the label holder also
                     holds features (an active party)
 
@@ -18,14 +20,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 STAGES = ("train", "val", "test")
 FORMAT = "vfl_lightning party files"
-VERSION = 1
+VERSION = 2
 MANIFEST = "manifest.json"
 SERVER_FILE = "server.npz"
 CHECKED_SETTINGS = (
@@ -38,6 +41,7 @@ CHECKED_SETTINGS = (
     "options",
     "active_party",
     "binary",
+    "overlap",
 )
 """Data settings that decide the files' content: the manifest records them at export, and a run
 that sets one (an experiment config does) must set the recorded value."""
@@ -58,11 +62,13 @@ class Manifest:
     dataset: str
     num_parties: int
     party_shapes: list[tuple[int, ...]]
+    party_rows: list[int]
     server_shape: tuple[int, ...] | None
     num_classes: int
     split_sizes: dict[str, int]
     checksums: dict[str, str]
     export_settings: dict
+    split_scores: dict = field(default_factory=dict)
 
     def as_json(self) -> dict:
         return {
@@ -71,22 +77,28 @@ class Manifest:
             "dataset": self.dataset,
             "num_parties": self.num_parties,
             "party_shapes": [list(s) for s in self.party_shapes],
+            "party_rows": list(self.party_rows),
             "server_shape": None if self.server_shape is None else list(self.server_shape),
             "num_classes": self.num_classes,
             "split_sizes": dict(self.split_sizes),
             "checksums": dict(self.checksums),
             "export_settings": dict(self.export_settings),
+            "split_scores": {
+                k: (v if v is not None and math.isfinite(v) else None)
+                for k, v in self.split_scores.items()
+            },
         }
 
 
 @dataclass(frozen=True)
 class PartyColumns:
-    """One party's part of the data: per stage, its sample ids and its feature columns."""
+    """One party's part of the data: the sample ids of the rows it holds and their feature
+    columns, in its own order."""
 
     party: int
     shape: tuple[int, ...]
-    ids: dict[str, np.ndarray]
-    features: dict[str, np.ndarray]
+    ids: np.ndarray
+    features: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -114,32 +126,35 @@ def write_party_files(
     num_classes: int,
     ids: dict[str, np.ndarray],
     labels: dict[str, np.ndarray],
-    party_features: list[dict[str, np.ndarray]],
+    party_ids: list[np.ndarray],
+    party_features: list[np.ndarray],
     server_features: dict[str, np.ndarray] | None = None,
     export_settings: dict | None = None,
+    split_scores: dict | None = None,
 ) -> Manifest:
-    """Write ``party_<m>.npz`` for every entry of ``party_features``, ``server.npz`` and the
-    manifest into ``out`` (which must not exist yet, or be empty). ``export_settings`` (the data
-    config that made the files) goes into the manifest, for the reader to check a run against."""
+    """Write ``party_<m>.npz`` (``party_ids[m]`` and ``party_features[m]``, in that order) for
+    every party, ``server.npz`` (the label holder's ``ids``, ``labels`` and own features per
+    stage) and the manifest into ``out`` (which must not exist yet, or be empty).
+    ``export_settings`` (the data config that made the files) goes into the manifest, for the
+    reader to check a run against."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise PartyFilesError(f"--out {out} exists and is not an empty directory; choose a new one")
     out.mkdir(parents=True, exist_ok=True)
-    stage_ids = {s: np.ascontiguousarray(ids[s], dtype=np.int64) for s in STAGES}
+    stage_ids = {s: _ids(ids[s]) for s in STAGES}
     server = {f"{s}_ids": stage_ids[s] for s in STAGES}
     server |= {f"{s}_y": np.ascontiguousarray(labels[s], dtype=np.int64) for s in STAGES}
     if server_features is not None:
         server |= {f"{s}_x": _float32(server_features[s]) for s in STAGES}
     np.savez(out / SERVER_FILE, **server)
-    for m, features in enumerate(party_features):
-        arrays = {f"{s}_ids": stage_ids[s] for s in STAGES}
-        arrays |= {f"{s}_x": _float32(features[s]) for s in STAGES}
-        np.savez(out / party_file_name(m), **arrays)
+    for m, (own_ids, features) in enumerate(zip(party_ids, party_features, strict=True)):
+        np.savez(out / party_file_name(m), ids=_ids(own_ids), x=_float32(features))
     names = [SERVER_FILE] + [party_file_name(m) for m in range(len(party_features))]
     manifest = Manifest(
         dataset=str(dataset),
         num_parties=len(party_features),
-        party_shapes=[tuple(int(d) for d in f["train"].shape[1:]) for f in party_features],
+        party_shapes=[tuple(int(d) for d in f.shape[1:]) for f in party_features],
+        party_rows=[len(f) for f in party_features],
         server_shape=(
             None
             if server_features is None
@@ -149,9 +164,18 @@ def write_party_files(
         split_sizes={s: len(stage_ids[s]) for s in STAGES},
         checksums={name: sha256_file(out / name) for name in names},
         export_settings=dict(export_settings or {}),
+        split_scores=dict(split_scores or {}),
     )
     (out / MANIFEST).write_text(json.dumps(manifest.as_json(), indent=2) + "\n")
     return manifest
+
+
+def _ids(ids) -> np.ndarray:
+    """A sample-id column as stored: int64 for integers, fixed-width strings for text."""
+    array = np.asarray(ids)
+    if array.dtype.kind in "iu":
+        return np.ascontiguousarray(array, dtype=np.int64)
+    return np.ascontiguousarray(array.astype(str))
 
 
 def _float32(array) -> np.ndarray:
@@ -178,7 +202,8 @@ def read_manifest(directory: str | Path) -> Manifest:
         raise PartyFilesError(f"{path} is not a party-files manifest (format is not {FORMAT!r})")
     if raw.get("version") != VERSION:
         raise PartyFilesError(
-            f"{path} has version {raw.get('version')!r}; this reader reads {VERSION}"
+            f"{path} has version {raw.get('version')!r}; this reader reads {VERSION} (export the "
+            "files again with python -m vfl_lightning.data.export)"
         )
     try:
         num_parties = int(raw["num_parties"])
@@ -186,6 +211,7 @@ def read_manifest(directory: str | Path) -> Manifest:
             dataset=str(raw["dataset"]),
             num_parties=num_parties,
             party_shapes=[tuple(int(d) for d in s) for s in raw["party_shapes"]],
+            party_rows=[int(n) for n in raw["party_rows"]],
             server_shape=(
                 None if raw["server_shape"] is None else tuple(int(d) for d in raw["server_shape"])
             ),
@@ -193,6 +219,10 @@ def read_manifest(directory: str | Path) -> Manifest:
             split_sizes={s: int(raw["split_sizes"][s]) for s in STAGES},
             checksums={str(k): str(v) for k, v in raw["checksums"].items()},
             export_settings=dict(raw.get("export_settings") or {}),
+            split_scores={
+                str(k): math.nan if v is None else float(v)
+                for k, v in (raw.get("split_scores") or {}).items()
+            },
         )
     except (KeyError, TypeError, ValueError) as error:
         raise PartyFilesError(f"{path} lacks or garbles the entry {error}") from error
@@ -200,6 +230,11 @@ def read_manifest(directory: str | Path) -> Manifest:
         raise PartyFilesError(
             f"{path}: num_parties must be >= 1 and match party_shapes "
             f"({len(manifest.party_shapes)} shapes), got {num_parties}"
+        )
+    if len(manifest.party_rows) != num_parties:
+        raise PartyFilesError(
+            f"{path}: party_rows must list one row count per party ({num_parties}), got "
+            f"{manifest.party_rows}"
         )
     expected = {SERVER_FILE} | {party_file_name(m) for m in range(num_parties)}
     if set(manifest.checksums) != expected:
@@ -253,9 +288,15 @@ def _stage_array(arrays: dict, path: Path, key: str, dtype, shape: tuple[int, ..
     return array
 
 
-def _check_ids(ids: np.ndarray, path: Path, stage: str) -> None:
+def _id_column(arrays: dict, path: Path, key: str, size: int) -> np.ndarray:
+    """A sample-id column: ``size`` distinct integers (int64) or strings."""
+    ids = arrays.get(key)
+    if ids is None or ids.shape != (size,) or not (ids.dtype == np.int64 or ids.dtype.kind == "U"):
+        got = "nothing" if ids is None else f"{ids.dtype} {ids.shape}"
+        raise PartyFilesError(f"{path}: {key} must be {size} int64 or string ids, got {got}")
     if len(np.unique(ids)) != len(ids):
-        raise PartyFilesError(f"{path}: {stage}_ids repeats a sample id")
+        raise PartyFilesError(f"{path}: {key} repeats a sample id; every row needs its own id")
+    return ids
 
 
 def read_party_file(directory: str | Path, party: int) -> PartyColumns:
@@ -271,12 +312,9 @@ def read_party_file(directory: str | Path, party: int) -> PartyColumns:
     name = party_file_name(int(party))
     arrays = _load_checked(directory, name, manifest)
     path, shape = directory / name, manifest.party_shapes[party]
-    ids, features = {}, {}
-    for stage in STAGES:
-        size = manifest.split_sizes[stage]
-        ids[stage] = _stage_array(arrays, path, f"{stage}_ids", np.int64, (size,))
-        _check_ids(ids[stage], path, stage)
-        features[stage] = _stage_array(arrays, path, f"{stage}_x", np.float32, (size, *shape))
+    size = manifest.party_rows[party]
+    ids = _id_column(arrays, path, "ids", size)
+    features = _stage_array(arrays, path, "x", np.float32, (size, *shape))
     return PartyColumns(party=int(party), shape=shape, ids=ids, features=features)
 
 
@@ -290,8 +328,7 @@ def read_server_file(directory: str | Path) -> ServerPart:
     ids, labels, features = {}, {}, {}
     for stage in STAGES:
         size = manifest.split_sizes[stage]
-        ids[stage] = _stage_array(arrays, path, f"{stage}_ids", np.int64, (size,))
-        _check_ids(ids[stage], path, stage)
+        ids[stage] = _id_column(arrays, path, f"{stage}_ids", size)
         labels[stage] = _stage_array(arrays, path, f"{stage}_y", np.int64, (size,))
         if size and not (labels[stage].min() >= 0 and labels[stage].max() < manifest.num_classes):
             raise PartyFilesError(
@@ -303,13 +340,3 @@ def read_server_file(directory: str | Path) -> ServerPart:
             shape = (size, *manifest.server_shape)
             features[stage] = _stage_array(arrays, path, f"{stage}_x", np.float32, shape)
     return ServerPart(ids=ids, labels=labels, features=features or None)
-
-
-def check_aligned(server: ServerPart, party: PartyColumns, directory: Path) -> None:
-    """Party ``party``'s rows must be the server's samples in the server's order."""
-    for stage in STAGES:
-        if not np.array_equal(server.ids[stage], party.ids[stage]):
-            raise PartyFilesError(
-                f"{directory / party_file_name(party.party)}: its {stage}_ids differ from "
-                f"{SERVER_FILE}'s; every file must list the same samples in the same order"
-            )

@@ -75,8 +75,12 @@ class SegmentedDataModule(VerticalDataModule):
             )
         self.segments = segments
         self.per_segment_batch = self.batch_size // segments
-        self.segment_size = len(self.splits["train"]) // segments
-        check_segments(len(self.splits["train"]), segments, self.per_segment_batch)
+        if self.pending is None:  # else checked once the PSI has aligned the rows
+            check_segments(len(self.splits["train"]), segments, self.per_segment_batch)
+
+    @property
+    def segment_size(self) -> int:
+        return len(self.splits["train"]) // self.segments
 
     def train_dataloader(self) -> DataLoader:
         sampler = SegmentBatchSampler(

@@ -17,6 +17,7 @@ TITLES = {
     "fedvs": "FedVS",
     "privacy": "Attacks and defenses",
     "audit": "Privacy audit",
+    "alignment": "Partial overlap",
 }
 
 

@@ -1,5 +1,5 @@
 """The papers' figures and tables as report recipes (pbm, fedbcd, cascade, fedvs: one module
-each) plus the section every report has (the chosen metric over the chosen axis, one table)."""
+each; privacy, audit and alignment beside them) plus the section every report has (the chosen metric over the chosen axis, one table)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from vfl_lightning.report.aggregate import summarize
 from vfl_lightning.report.document import Context, Panel, Section
 from vfl_lightning.report.markdown import has, table
 from vfl_lightning.report.privacy import privacy
+from vfl_lightning.report.recipe_alignment import alignment
 from vfl_lightning.report.recipe_audit import audit
 from vfl_lightning.report.recipe_cascade import ATTACKS, cascade
 from vfl_lightning.report.recipe_fedbcd import fedbcd
@@ -43,6 +44,13 @@ def check_recipe(recipe: str, runs: Sequence[Run]) -> None:
                 "--recipe privacy needs runs with an attack (train.py attack=feature_reconstruction, "
                 "norm_scoring, direction_scoring, model_completion or label_inference); these "
                 "runs ran none"
+            )
+        return
+    if recipe == "alignment":
+        if len({run.value("data.overlap") for run in runs}) < 2:
+            raise ReportError(
+                "--recipe alignment draws accuracy against data.overlap and needs runs of at "
+                "least two overlaps (train.py -m data.overlap=0.5,1.0 ...)"
             )
         return
     if recipe == "audit":
@@ -116,4 +124,5 @@ BUILDERS: dict[str, Callable[[Context], Section]] = {
     "fedvs": fedvs,
     "privacy": privacy,
     "audit": audit,
+    "alignment": alignment,
 }

@@ -19,7 +19,7 @@ from vfl_lightning.curve import read_curve
 # Override keys that never distinguish groups: the seed is aggregated, the rest are plumbing.
 IGNORED_PREFIXES = ("seed", "hydra", "paths", "ckpt_path", "logger", "callbacks.checkpoint")
 # The papers' recipes (vfl_lightning.report.recipes).
-RECIPES = ("pbm", "fedbcd", "cascade", "fedvs", "privacy", "audit")
+RECIPES = ("pbm", "fedbcd", "cascade", "fedvs", "privacy", "audit", "alignment")
 # --x choices: curve.csv columns.
 X_AXES = {
     "epoch": "epoch",

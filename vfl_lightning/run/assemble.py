@@ -56,6 +56,17 @@ def build(cfg: DictConfig, runtime: LocalRuntime | None = None):
     return datamodule, module
 
 
+def charge_alignment(module, datamodule) -> None:
+    """Count the sample alignment of ``datamodule`` (its PSI report, if one ran) on the module's
+    wire before training: its bytes (``comm/psi_mb``) and its time on the simulated clock. A
+    resumed run aligns again; the checkpoint's ledger and clock then replace these counts."""
+    report = getattr(datamodule, "alignment", None)
+    if report is None:
+        return
+    module.wire.ledger.record_psi(report.total_bytes)
+    module.wire.clock.advance(report.seconds(module.wire.clock.network))
+
+
 def build_in_data_dir(cfg: DictConfig, runtime: LocalRuntime):
     """:func:`build`, with a filesystem error under ``paths.data_dir`` named as that key."""
     try:

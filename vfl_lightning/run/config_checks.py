@@ -32,6 +32,7 @@ def check_config(cfg: DictConfig) -> None:
     check_validation_split(cfg)
     check_data_parallel(cfg, algo)
     check_audit_data(cfg)
+    check_partition(cfg.get("data"))
 
 
 def check_targets(cfg: DictConfig) -> None:
@@ -183,10 +184,29 @@ def check_data_parallel(cfg: DictConfig, algo: type) -> None:
         )
 
 
+def check_partition(data) -> None:
+    """``data.partition``: a known name or an importable function, its options named and typed
+    as the function takes them (one line each, before anything is built)."""
+    from omegaconf import OmegaConf
+
+    from vfl_lightning.data.partition import partition_function
+
+    if data is None or data.get("partition") is None:
+        return
+    partition = data.partition
+    if OmegaConf.is_config(partition):
+        partition = OmegaConf.to_container(partition, resolve=True)
+    try:
+        partition_function(partition)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def check_audit_data(cfg: DictConfig) -> None:
-    """An ``audit=`` writes canaries into a built-in dataset, never into exported party files;
-    every configured callback with a ``check_protocol`` (the audits) checks the protocol and
-    mechanism classes here, before anything is built or Lightning prints a line."""
+    """An ``audit=`` writes canaries into a built-in dataset, never into exported party files nor
+    into rows that the PSI aligns; every configured callback with a ``check_protocol`` (the
+    audits) checks the protocol and mechanism classes here, before anything is built or
+    Lightning prints a line."""
     from vfl_lightning.data.files_datamodule import PartyFilesDataModule
 
     audits = sorted(cfg.data.get("canaries") or {})
@@ -194,6 +214,13 @@ def check_audit_data(cfg: DictConfig) -> None:
         raise ConfigError(
             f"audit={','.join(audits)} writes its canaries into the training data, but "
             "data=party_files reads exported party files: audit a built-in dataset"
+        )
+    overlap, psi = cfg.data.get("overlap", 1.0), cfg.data.get("psi", "auto")
+    if audits and (overlap != 1 or psi != "auto"):
+        raise ConfigError(
+            f"audit={','.join(audits)} writes its canaries into every party's training rows, but "
+            f"data.overlap={overlap} data.psi={psi} aligns the rows by the PSI: run the audit "
+            "with data.overlap=1 data.psi=auto"
         )
     protocol = get_class(cfg.algo._target_)
     mechanism = get_class(cfg.mechanism._target_)

@@ -95,9 +95,9 @@ def check_grpc_runtime(cfg: DictConfig, algo: type) -> None:
 
 def make_proposal(cfg: DictConfig, module: VFLModule, datamodule, run: str) -> list[dict]:
     """What the server proposes to each party: the protocol's ``PARTY_SETTINGS``, the model,
-    optimizer and mechanism configs, every party's input shape and width, where party seeds come
-    from, and each split's sample ids by digest."""
-    from vfl_lightning.runtime.grpc_proposal import FORMAT, VERSION, ids_digest
+    optimizer and mechanism configs, every party's input shape and width, and where party seeds
+    come from (the samples are aligned by the PSI after the proposal)."""
+    from vfl_lightning.runtime.grpc_proposal import FORMAT, VERSION
 
     def node(name: str) -> dict:
         return OmegaConf.to_container(cfg[name], resolve=True)
@@ -116,7 +116,6 @@ def make_proposal(cfg: DictConfig, module: VFLModule, datamodule, run: str) -> l
         "widths": list(module.widths[: module.num_parties]),
         "party_seeds": seeds,
         "seed": int(cfg.seed) if seeds == "derived" else None,
-        "ids": {split: ids_digest(datamodule.split_index[split]) for split in datamodule.splits},
         "run": run,
     }
     return [common | {"party": m} for m in range(module.num_parties)]
@@ -175,10 +174,13 @@ class GrpcRuntime(LocalRuntime):
         if factory.reads_party_files:
             datamodule = factory.datamodule(party_columns=False)
         else:
-            datamodule = factory.datamodule()
+            datamodule = factory.datamodule(defer_alignment=True)
             own = datamodule.server_shape is not None
             for split in datamodule.splits.values():
                 split.xs = split.xs[-1:] if own else []
+            datamodule.party_tables = []
+        # every party program holds its own rows in its own order: the PSI always aligns them
+        datamodule.await_alignment()
         models = factory.party_models(datamodule.party_shapes)
         self.datamodule = datamodule
         return datamodule, [], [int(model.embedding_dim) for model in models]
@@ -208,7 +210,9 @@ class GrpcRuntime(LocalRuntime):
             device_fn=lambda: module.device,
             codec_fn=lambda: module.wire.downlink_codec,
             heartbeat_s=_positive(cfg, "heartbeat_s"),
+            label_holder_ids=datamodule.label_holder_ids,
         )
+        datamodule.apply_alignment(parties.alignment)
         self.channels = []
         if module.mechanism.uses_pair_masks:
             module.mechanism.set_pair_seeds({})

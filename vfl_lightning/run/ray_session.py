@@ -73,9 +73,10 @@ def party_trust(cfg: DictConfig) -> PartyTrust:
     )
 
 
-def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
+def attach_ray_parties(cfg: DictConfig, module: VFLModule, datamodule=None) -> None:
     """Move the parties of ``module`` into Ray actors built by the run's :class:`PartyFactory`;
-    the server's mechanism keeps no secure-aggregation pair seed."""
+    the server's mechanism keeps no secure-aggregation pair seed. When the rows of ``datamodule``
+    (the server's) await the PSI, the server runs it with the actors and keeps the aligned rows."""
     from vfl_lightning.runtime.registry import ray_parties
 
     resources = cfg.runtime.get("party_resources")
@@ -99,7 +100,10 @@ def attach_ray_parties(cfg: DictConfig, module: VFLModule) -> None:
         device_fn=lambda: module.device,
         codec_fn=lambda: module.wire.downlink_codec,
         policy=party_policy(cfg),
+        label_holder_ids=None if datamodule is None else datamodule.label_holder_ids,
     )
+    if parties.alignment is not None:
+        datamodule.apply_alignment(parties.alignment)
     if module.mechanism.uses_pair_masks:
         module.mechanism.set_pair_seeds({})
     speeds = cfg.algo.get("client_speeds")
@@ -117,6 +121,7 @@ class RayRuntime(LocalRuntime):
     def __init__(self, name: str = "ray", **settings) -> None:
         super().__init__(name, **settings)
         self.started = False
+        self.datamodule = None
 
     @classmethod
     def check(cls, cfg: DictConfig, protocol: type) -> None:
@@ -132,10 +137,11 @@ class RayRuntime(LocalRuntime):
         from vfl_lightning.runtime.server_data import server_setup
 
         setup = server_setup(factory)
+        self.datamodule = setup.datamodule
         return setup.datamodule, [], list(setup.widths)
 
     def attach(self, cfg: DictConfig, module: VFLModule) -> None:
-        attach_ray_parties(cfg, module)
+        attach_ray_parties(cfg, module, self.datamodule)
 
     def stop(self) -> None:
         if self.started:

@@ -55,6 +55,7 @@ def finished_results(
         **{k: v for k, v in fit_metrics.items() if not k.startswith("test/")},
         **test_metrics,
         **module.results(),
+        **data_results(trainer.datamodule),
     }
     for callback in callbacks:
         if hasattr(callback, "results"):
@@ -63,6 +64,17 @@ def finished_results(
     if checkpoint is not None and checkpoint.last_model_path:
         results["checkpoint"] = checkpoint.last_model_path
     return results
+
+
+def data_results(datamodule) -> dict:
+    """``data/aligned_rows``: the rows the run's splits hold (after the PSI, the rows every party
+    holds; without it, every row); ``data/split_alpha`` and ``data/split_beta``: VertiBench's
+    measures of the split (:mod:`vfl_lightning.data.vertibench`)."""
+    splits = getattr(datamodule, "splits", None) or {}
+    return {
+        "data/aligned_rows": int(sum(len(split) for split in splits.values())),
+        **getattr(datamodule, "split_scores", {}),
+    }
 
 
 def progress_results(module: VFLModule | None, trainer: L.Trainer | None) -> dict:

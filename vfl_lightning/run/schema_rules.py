@@ -120,6 +120,12 @@ RANGES: dict[str, tuple[Callable, str]] = {
     "data.val_fraction": number(0, 1, high_open=True),
     "data.test_fraction": number(0, 1, high_open=True),
     "data.scaling": choice("standard", "none"),
+    "data.overlap": number(0, 1, low_open=True),
+    "data.psi": choice("auto", "always"),
+    "data.loader": (
+        lambda v: v is None or (isinstance(v, str) and bool(v)),
+        "null (the built-in dataset data.name) or a loader's dotted path package.module.function",
+    ),
     "data.partition": choice_or_dotted(*choices("partitions")),
     "party.embedding_dim": integer(1),
     "party.activation": choice(*choices("activations")),
@@ -169,6 +175,7 @@ RANGES: dict[str, tuple[Callable, str]] = {
     "network.straggler_base": number(0, INF),
     "network.straggler_slope": number(0, INF),
     "network.straggler_fraction": number(0, 1),
+    "network.group_ops_per_second": number(0, INF, low_open=True),
     "runtime.num_cpus": integer(1, null=True),
     "runtime.time_scale": (
         number(0, INF, low_open=True)[0],

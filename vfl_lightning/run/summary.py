@@ -61,6 +61,23 @@ def headline_lines(results: dict) -> list[str]:
     return lines
 
 
+def _data_line(results: dict) -> str | None:
+    """The rows trained on (held by every party, when the PSI aligned them) and VertiBench's
+    α and β of the split."""
+    rows = results.get("data/aligned_rows")
+    if rows is None:
+        return None
+    line = f"  data: {rows} rows"
+    if results.get("comm/psi_mb"):
+        line += f" held by every party (PSI, {_number(results['comm/psi_mb'])} MB)"
+    if "data/split_alpha" in results:
+        line += (
+            f", split α {_number(results.get('data/split_alpha'))}, "
+            f"β {_number(results.get('data/split_beta'))}"
+        )
+    return line
+
+
 def _target_line(results: dict) -> str | None:
     value = results.get("target_value")
     if value is None:
@@ -95,6 +112,7 @@ def run_summary(results: dict, output_dir: str | Path) -> str:
         _metrics_line(results, "val"),
         _metrics_line(results, "test"),
         _privacy_line(results),
+        _data_line(results),
         *headline_lines(results),
         f"  communication: {_number(results.get('comm/total_mb'))} MB (uplink "
         f"{_number(results.get('comm/uplink_mb'))}, downlink "

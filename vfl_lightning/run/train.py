@@ -16,7 +16,13 @@ from vfl_lightning.checkpoints import LastCheckpoint
 from vfl_lightning.curve import CurveWriter
 from vfl_lightning.errors import Terminated
 from vfl_lightning.files import write_results
-from vfl_lightning.run.assemble import build_in_data_dir, make_callbacks, make_loggers, make_trainer
+from vfl_lightning.run.assemble import (
+    build_in_data_dir,
+    charge_alignment,
+    make_callbacks,
+    make_loggers,
+    make_trainer,
+)
 from vfl_lightning.run.checks import check_accounting, check_output_dir, check_runtime
 from vfl_lightning.run.config_checks import check_config
 from vfl_lightning.run.early import check_early
@@ -81,6 +87,7 @@ def _train(cfg: DictConfig) -> dict:
         datamodule, module = build_in_data_dir(cfg, runtime)
         module.run_config = config
         runtime.attach(cfg, module)
+        charge_alignment(module, datamodule)
         callbacks = make_callbacks(cfg)
         check_accounting(module, callbacks)
         loggers = make_loggers(cfg)

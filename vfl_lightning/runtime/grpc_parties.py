@@ -21,6 +21,7 @@ from collections.abc import Callable
 import torch
 
 from vfl_lightning.algorithms.parties import Parties
+from vfl_lightning.data.alignment import AlignmentReport, align_with_parties
 from vfl_lightning.errors import ConfigError, PartyLost
 from vfl_lightning.runtime.grpc_channel import PartyChannel, PartyFailure, PartyStream
 from vfl_lightning.runtime.socket_bytes import SocketBytes
@@ -87,6 +88,7 @@ class GrpcParties(Parties):
         device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
         codec_fn: Callable[[], Codec] = Codec,
         heartbeat_s: float = 5.0,
+        label_holder_ids: dict | None = None,
     ) -> None:
         self.channels = channels
         self.ledger, self.round_fn, self.device_fn = ledger, round_fn, device_fn
@@ -100,6 +102,7 @@ class GrpcParties(Parties):
         self.traffic = Traffic(channels, ledger)
         self.wait_all("Open")
         self.exchange_keys()
+        self.alignment = None if label_holder_ids is None else self.align(label_holder_ids)
         self.heartbeat = threading.Thread(target=self.greet, args=(heartbeat_s,), daemon=True)
         self.heartbeat.start()
 
@@ -172,6 +175,16 @@ class GrpcParties(Parties):
             for m, reply in enumerate(published)
         ]
         self.call_all("Agree", {"run_id": run_id, "keys": self.relay(keys)})
+
+    def align(self, stage_ids: dict) -> AlignmentReport:
+        """The PSI of the label holder (this process: its ids ``stage_ids``, its scalars) with
+        every party program, each message a ``Psi`` call on the party's authenticated stream."""
+
+        def exchange(messages: list[bytes]) -> list[bytes]:
+            replies = self.call_all("Psi", [{"message": message} for message in messages])
+            return [reply["message"] for reply in replies]
+
+        return align_with_parties(stage_ids, exchange, len(self.streams))
 
     def relay(self, keys: list[list]) -> list[list]:
         """What the server passes on of the published keys: all of them, unchanged."""

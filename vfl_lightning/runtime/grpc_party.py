@@ -3,7 +3,9 @@ party's own configuration once it accepted the server's proposal, it wraps one
 :class:`~vfl_lightning.algorithms.party.Party` (the class every runtime's parties are) and
 answers the calls of its protocol family. Keys: a fresh X25519 key per run, signed with the
 party's certificate key; the peers' keys are verified against the party's own CA and the names
-``party-<m>`` before any pair seed is derived. State: the party's own files in its own
+``party-<m>`` before any pair seed is derived. Data: the rows of the party's own file, with
+their ids, in its own order; the PSI (``Psi``: bytes in, bytes out, the party's scalar and ids
+staying here) aligns them with the label holder's before any embedding. State: the party's own files in its own
 ``state_dir`` (:mod:`~vfl_lightning.runtime.party_state`), never a file the server names."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 from vfl_lightning.algorithms.parties import PartyGenerators, private_seed
 from vfl_lightning.algorithms.party import Party
 from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.data.psi import PsiError, PsiParty
 from vfl_lightning.mechanisms.certificates import (
     CertifiedKey,
     Credentials,
@@ -37,14 +40,15 @@ DOWNLINK_FORMS = ("dense", "topk")
 
 @dataclass
 class OwnData:
-    """A party's data file: per split its sample ids and its columns (float32 tensors)."""
+    """A party's data file: the sample ids of the rows it holds and their columns (a float32
+    tensor, one row per id), in its own order."""
 
-    ids: dict
-    features: dict[str, torch.Tensor]
+    ids: object
+    features: torch.Tensor
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.features["train"].shape[1:])
+        return tuple(self.features.shape[1:])
 
 
 class PartySession:
@@ -62,7 +66,9 @@ class PartySession:
     ) -> None:
         self.config, self.credentials, self.party = config, credentials, config.party
         self.session = secrets.token_hex(16)
-        self.features = data.features
+        self.table: OwnData | None = data
+        self.aligned_features: dict[str, torch.Tensor] | None = None
+        self.alignment = PsiParty(data.ids, config.party)
         self.run = check_run_key(str(proposal.get("run", "")))
         shapes = [tuple(shape) for shape in proposal["party_shapes"]]
         factory = PartyFactory(
@@ -98,6 +104,14 @@ class PartySession:
 
     def refuse(self, rule: str) -> PartyRefusal:
         return PartyRefusal(f"party {self.party} refuses: {rule}")
+
+    @property
+    def features(self) -> dict[str, torch.Tensor]:
+        """Its columns of every split, once the PSI aligned them: before, every call that reads
+        them is refused."""
+        if self.aligned_features is None:
+            raise self.refuse("it releases nothing before the PSI aligned its rows (Psi)")
+        return self.aligned_features
 
     # ----------------------------------------------------------------- key agreement
     def publish_key(self, fields: dict) -> dict:
@@ -141,6 +155,25 @@ class PartySession:
             if m != self.party
         }
         return {}
+
+    # ----------------------------------------------------------------- sample alignment
+    def psi(self, fields: dict) -> dict:
+        """The reply to the label holder's next PSI message; a message out of order, replayed,
+        of another session or crafted (rows outside the intersection it computed, invalid group
+        elements) is refused, one line. Once aligned, the rows the PSI chose, in the agreed
+        order, are this party's columns of every split."""
+        try:
+            reply = self.alignment.respond(fields["message"])
+        except PsiError as error:
+            raise self.refuse(f"the alignment: {error}") from None
+        if self.alignment.rows is not None and self.table is not None:
+            features = self.table.features
+            self.aligned_features = {
+                stage: features[torch.from_numpy(rows)]
+                for stage, rows in self.alignment.rows.items()
+            }
+            self.table = None
+        return {"message": reply}
 
     # ----------------------------------------------------------------- every protocol
     def rows(self, stage: str, idx) -> torch.Tensor:
@@ -250,6 +283,7 @@ class PartySession:
     METHODS = {
         "PublishKey": "publish_key",
         "Agree": "agree",
+        "Psi": "psi",
         "Send": "send",
         "RestartStream": "restart_stream",
         "Digest": "digest",

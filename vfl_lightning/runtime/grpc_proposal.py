@@ -1,29 +1,20 @@
 """The start of a ``runtime=grpc`` run: the server proposes what will run (protocol, mechanism,
-model, optimizer, every party's input shape and width, where seeds come from, the samples of each
-split by digest), and each party checks the proposal against its own configuration. A mismatch
+model, optimizer, every party's input shape and width, where seeds come from), and each party
+checks the proposal against its own configuration (which rows train is the PSI's, after it). A mismatch
 is one line, which the party prints and returns, and the server prints too."""
 
 from __future__ import annotations
 
-import hashlib
 import math
-
-import numpy as np
 
 from vfl_lightning.runtime.grpc_channel import ProposalRefused
 from vfl_lightning.runtime.party_config import PartyConfig
 
 FORMAT = "vfl_lightning proposal"
 VERSION = 1
-SPLITS = ("train", "val", "test")
 IGNORED_MECHANISM_KEYS = ("seed",)
 """Mechanism settings a party does not compare: ``seed`` derives the simulation's mask seeds,
 which parties replace by their certified key agreement."""
-
-
-def ids_digest(ids) -> str:
-    """SHA-256 (hex) of a split's sample ids as little-endian int64."""
-    return hashlib.sha256(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()
 
 
 def first_difference(ours, theirs, prefix: str):
@@ -65,13 +56,11 @@ def check_proposal(
     *,
     settings: tuple[str, ...],
     shape: tuple[int, ...],
-    ids: dict[str, str],
 ) -> None:
     """Refuse (:class:`ProposalRefused`, one line naming the party, the setting, both values and
     the file) a proposal that does not match party ``config``: its index, the protocol's
     ``settings`` (the keys of ``config.protocol`` the protocol class declares a party agrees
-    to), model, optimizer and mechanism, where its seeds come from, its input ``shape`` and its
-    splits' sample ids (``ids``: stage -> digest)."""
+    to), model, optimizer and mechanism, where its seeds come from and its input ``shape``."""
     party = config.party
 
     def refuse(what: str) -> ProposalRefused:
@@ -117,10 +106,3 @@ def check_proposal(
     if not 0 <= party < len(shapes) or tuple(shapes[party]) != tuple(shape):
         theirs_shape = shapes[party] if 0 <= party < len(shapes) else None
         raise refuse(f"input shape {theirs_shape!r} in the proposal, {list(shape)} in its data")
-    proposed_ids = proposal.get("ids") or {}
-    for split in SPLITS:
-        if proposed_ids.get(split) != ids.get(split):
-            raise refuse(
-                f"the {split} split lists other samples (or another order) than its data file "
-                f"{config.data}"
-            )

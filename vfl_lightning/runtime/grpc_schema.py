@@ -22,6 +22,7 @@ SESSION: dict[str, tuple[dict[str, str], dict[str, str] | None]] = {
         {"public_key": "bytes", "certificate": "bytes", "signature": "bytes"},
     ),
     "Agree": ({"run_id": "str", "keys": "list"}, {}),
+    "Psi": ({"message": "bytes"}, {"message": "bytes"}),
     # ------------------------------------------------------------------ every protocol
     "Send": ({"idx": "tensor", "stage": "str", "round": "int?"}, {"message": "list"}),
     "RestartStream": ({"stage": "str", "release": "int"}, None),

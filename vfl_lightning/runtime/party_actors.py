@@ -21,6 +21,7 @@ from vfl_lightning.algorithms.party_rules import (
     release_rows,
 )
 from vfl_lightning.algorithms.release_canaries import release_canaries
+from vfl_lightning.data.psi import PsiError, PsiParty
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.mechanisms.identity import SignedPublicKey
 from vfl_lightning.runtime.party_state import (
@@ -30,15 +31,17 @@ from vfl_lightning.runtime.party_state import (
     save_party_state,
 )
 from vfl_lightning.runtime.party_trust import PartyKeys, PartyTrust
+from vfl_lightning.runtime.ray_alignment import PsiActorMethods
 from vfl_lightning.runtime.ray_async import AsyncPartyMethods
 from vfl_lightning.runtime.transport import serialized_bytes, wire_dtype
 from vfl_lightning.wire.codecs import decode_form
 from vfl_lightning.wire.frames import FrameError, decode_frame
 
 SPLITS = ("train", "val", "test")
+BEFORE_ALIGNMENT = "it releases nothing before the PSI aligned its rows"
 
 
-class PartyActor:
+class PartyActor(PsiActorMethods):
     """Party ``party`` of the run, built by the run's picklable :class:`PartyFactory`: the calls
     every protocol family makes of a party (key agreement, messages for a batch, evaluation
     streams, parameter digest, its own state files). A family's own calls are in its subclass
@@ -59,7 +62,10 @@ class PartyActor:
     reseeded the same way once the model is built), its own directory ``trust.folder(party)`` (its state files,
     :mod:`~vfl_lightning.runtime.party_state`, and identity key) and its keys
     (:class:`~vfl_lightning.runtime.party_trust.PartyKeys`: a fresh X25519 key signed by its
-    identity key).
+    identity key). Rows that await the PSI (its own party file, or simulated partial overlap)
+    stay in the actor with their ids, and its PSI state (:class:`PsiParty`: its secret scalar
+    and ids) never leaves it: :meth:`psi` answers the label holder's messages, and the aligned
+    rows become its columns of every split; its guard refuses every release before.
 
     Its ``own`` party's :class:`~vfl_lightning.algorithms.party_rules.PartyGuard` enforces the
     party's rules on every call (rows of its own splits only) and its own privacy policy: the
@@ -84,13 +90,20 @@ class PartyActor:
         gpus = ray.get_gpu_ids() if ray.is_initialized() else []
         self.device = torch.device("cuda" if gpus else "cpu")
         kit = factory.party(self.party, self.device)
-        self.features, self.mechanism = kit.features, kit.mechanism
+        self.aligned_features, self.table = kit.features, kit.table
+        self.mechanism = kit.mechanism
         if self.mechanism.uses_pair_masks:
             self.mechanism.set_pair_seeds({})
         generators = PartyGenerators(
             factory.seed, self.party, self.device, party_seeds=trust.party_seeds
         )
         self.unusable: ConfigError | None = None
+        self.alignment: PsiParty | None = None
+        if kit.table is not None:
+            try:
+                self.alignment = PsiParty(kit.table.ids, self.party)
+            except PsiError as error:  # answered to the server's first call, in one line
+                self.unusable = ConfigError(str(error))
         try:
             own_policy = PartyPolicy.of_party(trust.folder(self.party), policy)
         except ConfigError as error:  # answered to the server's first call, in one line
@@ -102,17 +115,26 @@ class PartyActor:
             self.party,
             noise or ReleaseNoise(self.mechanism),
             budget,
-            split_sizes={stage: int(x.shape[0]) for stage, x in self.features.items()},
+            split_sizes=split_sizes(kit.features),
         )
         self.own = Party(self.party, kit.model, generators, kit.optimizer, guard)
-        self.own.canaries = release_canaries(
-            kit.canary_records, self.party, self.mechanism, len(self.features["train"])
+        train_rows = 0 if kit.features is None else len(kit.features["train"])
+        self.own.canaries = release_canaries(  # none while the rows await the PSI
+            kit.canary_records, self.party, self.mechanism, train_rows
         )
         if generators.private:
             torch.manual_seed(private_seed())
         self.keys = PartyKeys(trust, self.party)
         self.run = trust.run
         self.bits = self.mechanism.bits_per_element
+
+    @property
+    def features(self) -> dict[str, torch.Tensor]:
+        """Its columns of every split; before its rows are aligned its guard refuses any call
+        that reads them."""
+        if self.aligned_features is None:
+            raise self.own.guard.refusal("a call", BEFORE_ALIGNMENT)
+        return self.aligned_features
 
     def publish_key(self, run_id: str) -> tuple[bytes, SignedPublicKey]:
         """(identity public key, X25519 public key signed for ``run_id``); a party whose own
@@ -196,6 +218,8 @@ def embed_release(actor: PartyActor, call: str, idx: torch.Tensor, stage: str, r
         raise ValueError(f"party {actor.party} embeds rows of {SPLITS}, not {stage!r}")
     rows = release_rows(idx)
     own = actor.own
+    if actor.aligned_features is None:
+        raise own.guard.refusal(call, BEFORE_ALIGNMENT)
     own.guard.check_release(call, stage, round, rows, noise)
     x = actor.features[stage][idx.to(actor.device)]
     training = stage == "train"
@@ -212,6 +236,13 @@ def embed_release(actor: PartyActor, call: str, idx: torch.Tensor, stage: str, r
             own.keep(x, h)
 
     return out, commit
+
+
+def split_sizes(features: dict[str, torch.Tensor] | None) -> dict[str, int]:
+    """The rows of each split a party's guard admits: none before its rows are aligned."""
+    if features is None:
+        return {stage: 0 for stage in SPLITS}
+    return {stage: int(x.shape[0]) for stage, x in features.items()}
 
 
 def wire_message(actor: PartyActor, out: torch.Tensor):

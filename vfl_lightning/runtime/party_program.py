@@ -23,43 +23,36 @@ from vfl_lightning.runtime.grpc_channel import (
     ProposalRefused,
     start_server,
 )
-from vfl_lightning.runtime.grpc_party import SPLITS, OwnData, PartySession
-from vfl_lightning.runtime.grpc_proposal import check_proposal, ids_digest
+from vfl_lightning.runtime.grpc_party import OwnData, PartySession
+from vfl_lightning.runtime.grpc_proposal import check_proposal
 from vfl_lightning.runtime.party_config import PartyConfig
 
 POLL_S = 0.2
 
 
 def read_own_data(path: Path) -> OwnData:
-    """The party's data file: ``<split>_ids`` (int64, distinct) and ``<split>_x`` (float32, one row
-    per id) for every split (``python -m vfl_lightning.data.export`` writes such files)."""
+    """The party's data file: ``ids`` (distinct int64 or string sample ids) and ``x`` (float32,
+    one row per id), the rows it holds in its own order (``python -m vfl_lightning.data.export``
+    writes such files); the PSI aligns them with the label holder's before training."""
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
     except (OSError, ValueError) as error:
         reason = " ".join(str(error).split())[:200]
         raise ConfigError(f"data={path} cannot be read as a numpy .npz file: {reason}") from None
-    ids, features = {}, {}
-    for split in SPLITS:
-        split_ids, x = arrays.get(f"{split}_ids"), arrays.get(f"{split}_x")
-        if split_ids is None or x is None:
-            raise ConfigError(
-                f"data={path} lacks {split}_ids or {split}_x: a party's data file holds, per "
-                "split, its sample ids and its columns"
-            )
-        if (
-            split_ids.dtype != np.int64
-            or split_ids.ndim != 1
-            or len(np.unique(split_ids)) != len(split_ids)
-        ):
-            raise ConfigError(f"data={path}: {split}_ids must be distinct int64 sample ids")
-        if x.dtype != np.float32 or len(x) != len(split_ids):
-            raise ConfigError(f"data={path}: {split}_x must be float32, one row per sample id")
-        ids[split], features[split] = split_ids, torch.from_numpy(x)
-    shapes = {tuple(x.shape[1:]) for x in features.values()}
-    if len(shapes) != 1:
-        raise ConfigError(f"data={path}: the splits' columns differ in shape {sorted(shapes)}")
-    return OwnData(ids, features)
+    ids, x = arrays.get("ids"), arrays.get("x")
+    if ids is None or x is None:
+        raise ConfigError(
+            f"data={path} lacks ids or x: a party's data file holds the sample ids of its rows "
+            "and their columns"
+        )
+    if not (ids.dtype == np.int64 or ids.dtype.kind == "U") or ids.ndim != 1:
+        raise ConfigError(f"data={path}: ids must be one column of int64 or string sample ids")
+    if len(np.unique(ids)) != len(ids):
+        raise ConfigError(f"data={path}: ids repeats a sample id; every row needs its own id")
+    if x.dtype != np.float32 or len(x) != len(ids):
+        raise ConfigError(f"data={path}: x must be float32, one row per sample id")
+    return OwnData(ids, torch.from_numpy(x))
 
 
 def session_class(protocol: dict) -> tuple[type[PartySession], tuple[str, ...]]:
@@ -102,7 +95,6 @@ class PartyProgram:
                 f"{config.party}'s certificate must name {own_name}"
             )
         self.data = read_own_data(config.data)
-        self.ids = {split: ids_digest(ids) for split, ids in self.data.ids.items()}
         self.session_class, self.settings = session_class(config.protocol)
         self.session: PartySession | None = None
         self.order = threading.Lock()
@@ -121,9 +113,7 @@ class PartyProgram:
 
     def propose(self, fields: dict) -> dict:
         proposal = fields["proposal"]
-        check_proposal(
-            self.config, proposal, settings=self.settings, shape=self.data.shape, ids=self.ids
-        )
+        check_proposal(self.config, proposal, settings=self.settings, shape=self.data.shape)
         session = self.session_class(self.config, self.credentials, self.data, proposal)
         widths = proposal.get("widths") or []
         party = self.config.party

@@ -24,6 +24,7 @@ from vfl_lightning.runtime.party_actors import (
     SyncPartyActor,
 )
 from vfl_lightning.runtime.party_trust import PartyTrust
+from vfl_lightning.runtime.ray_alignment import RayAlignment
 from vfl_lightning.runtime.ray_async import AsyncRayMethods
 from vfl_lightning.runtime.transport import serialized_bytes
 from vfl_lightning.wire.codecs import Codec
@@ -63,7 +64,7 @@ def party_options(party_resources, num_parties: int) -> list[dict]:
     return [{"num_cpus": 0} | options for options in per_party]
 
 
-class RayParties(AsyncRayMethods, Parties):
+class RayParties(AsyncRayMethods, RayAlignment, Parties):
     """The parties as Ray actor handles: every call goes to all actors at once and waits for
     every reply; each party keeps its own state in its own directory (files keyed by the run and
     the server checkpoint's training round; the checkpoint holds both, no path) (the asynchronous family's calls, in
@@ -76,7 +77,9 @@ class RayParties(AsyncRayMethods, Parties):
     Gradients cross in their downlink codec's form (``codec_fn``: the wire's), a frame the actor
     decodes. ``policy``: the server's proposed privacy policy, which each party's own can only tighten. A
     party's refusal (:class:`~vfl_lightning.errors.PartyRefusal`) reaches the server as itself,
-    one line."""
+    one line. ``label_holder_ids`` (the label holder's sample ids per stage, when the parties'
+    rows await the PSI): after the key agreement the server runs the PSI with every actor
+    (:meth:`align`); ``alignment`` is its report (None without)."""
 
     name = "ray"
 
@@ -94,6 +97,7 @@ class RayParties(AsyncRayMethods, Parties):
         device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
         codec_fn: Callable[[], Codec] = Codec,
         policy: PartyPolicy | None = None,
+        label_holder_ids: dict | None = None,
     ) -> None:
         self.factory = factory
         self.codec_fn = codec_fn
@@ -112,6 +116,7 @@ class RayParties(AsyncRayMethods, Parties):
         self.device_fn = device_fn
         self.updates: dict[int, ray.ObjectRef] = {}
         self.exchange_keys()
+        self.alignment = None if label_holder_ids is None else self.align(label_holder_ids)
 
     def exchange_keys(self) -> None:
         """Relay every party's identity and signed X25519 key to all parties for a fresh run id;

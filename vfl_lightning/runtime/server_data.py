@@ -26,11 +26,13 @@ class ServerSetup:
 
 
 def strip_party_columns(datamodule) -> None:
-    """Drop every party's columns from every split of ``datamodule``: a split keeps its labels
-    and, with ``data.active_party=true``, the label holder's own (last) slice."""
+    """Drop every party's columns from every split of ``datamodule`` (and the rows the parties
+    hold before alignment): a split keeps its labels and, with ``data.active_party=true``, the
+    label holder's own (last) slice."""
     own = datamodule.server_shape is not None
     for split in datamodule.splits.values():
         split.xs = split.xs[-1:] if own else []
+    datamodule.party_tables = []
 
 
 def restore_generators(states: tuple) -> None:
@@ -42,7 +44,8 @@ def restore_generators(states: tuple) -> None:
 
 def label_holder_setup(factory: PartyFactory, num_threads: int) -> ServerSetup:
     """Build, as the local run does (the run's seed, the data module, every party model in
-    order), then keep only what the server may hold. Party files: only the server's file is read."""
+    order), then keep only what the server may hold. Party files: only the server's file is read.
+    Rows that await the PSI stay unaligned: the runtime aligns them with the party actors."""
     import lightning as L
 
     torch.set_num_threads(num_threads)
@@ -50,7 +53,7 @@ def label_holder_setup(factory: PartyFactory, num_threads: int) -> ServerSetup:
     if factory.reads_party_files:
         datamodule = factory.datamodule(party_columns=False)
     else:
-        datamodule = factory.datamodule()
+        datamodule = factory.datamodule(defer_alignment=True)
         strip_party_columns(datamodule)
     widths = [int(model.embedding_dim) for model in factory.party_models(datamodule.party_shapes)]
     states = (torch.get_rng_state(), np.random.get_state(), random.getstate())

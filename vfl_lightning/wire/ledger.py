@@ -32,6 +32,8 @@ class Ledger:
     messages (both directions; 0 in the local runtime, where nothing is serialized);
     ``socket_bytes`` what the kernel counted on the sockets to the parties during training calls
     (``runtime=grpc``; None where no runtime counts it).
+    ``psi_bytes`` counts the sample alignment's messages (both directions, every party), apart
+    from the training traffic.
     """
 
     def __init__(self, num_parties: int, transcript_size: int = 0) -> None:
@@ -44,6 +46,7 @@ class Ledger:
         self.rounds = 0
         self.serialized_bytes = 0
         self.socket_bytes: int | None = None
+        self.psi_bytes = 0
         self.transcript: deque[Entry] = deque(maxlen=self.transcript_size or None)
 
     def record(self, direction: str, party: int, bits: int, kind: str = "", shape=()) -> None:
@@ -56,6 +59,9 @@ class Ledger:
 
     def record_socket(self, nbytes: int) -> None:
         self.socket_bytes = (self.socket_bytes or 0) + int(nbytes)
+
+    def record_psi(self, nbytes: int) -> None:
+        self.psi_bytes += int(nbytes)
 
     def end_round(self) -> None:
         self.rounds += 1
@@ -73,6 +79,7 @@ class Ledger:
             "rounds": self.rounds,
             "serialized_bytes": self.serialized_bytes,
             "socket_bytes": self.socket_bytes,
+            "psi_bytes": self.psi_bytes,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -85,3 +92,4 @@ class Ledger:
         self.serialized_bytes = int(state.get("serialized_bytes", 0))
         socket_bytes = state.get("socket_bytes")
         self.socket_bytes = None if socket_bytes is None else int(socket_bytes)
+        self.psi_bytes = int(state.get("psi_bytes", 0))

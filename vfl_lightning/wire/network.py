@@ -12,7 +12,9 @@ class Network:
     """One model of time for every protocol.
 
     A message of ``bits`` takes ``latency_s + bits / (mbps · 10^6)`` seconds; local compute takes
-    multiply-adds / ``macs_per_second`` (a field multiply-add of FedVS counts ``field_op_cost``).
+    multiply-adds / ``macs_per_second`` (a field multiply-add of FedVS counts ``field_op_cost``);
+    the sample alignment's group operations (a hash to ristretto255 or a scalar multiplication)
+    take 1 / ``group_ops_per_second`` each.
     Stragglers: each party's work in a round is also delayed by Exp(mean) seconds, mean
     ``fast_mean`` for the first parties and ``straggler_base + straggler_slope · i / N`` for the
     last ``straggler_fraction`` of them (FedVS §6.2, :class:`StragglerDelays`); all zero by
@@ -30,6 +32,7 @@ class Network:
         straggler_base: float = 0.0,
         straggler_slope: float = 0.0,
         straggler_fraction: float = 0.0,
+        group_ops_per_second: float = 2.5e4,
     ) -> None:
         self.mbps = float(mbps)
         self.latency_s = float(latency_s)
@@ -39,7 +42,8 @@ class Network:
         self.straggler_base = float(straggler_base)
         self.straggler_slope = float(straggler_slope)
         self.straggler_fraction = float(straggler_fraction)
-        for label in ("mbps", "macs_per_second", "field_op_cost"):
+        self.group_ops_per_second = float(group_ops_per_second)
+        for label in ("mbps", "macs_per_second", "field_op_cost", "group_ops_per_second"):
             if not getattr(self, label) > 0:
                 raise ValueError(f"network.{label} must be > 0, got {getattr(self, label)}")
         for label in ("latency_s", "fast_mean", "straggler_base", "straggler_slope"):
