@@ -28,6 +28,9 @@ def test_pbm_over_grpc_is_the_local_run_and_its_sockets_carry_the_ledger(tmp_pat
     assert len(deployment.parties) == 2
     assert remote["status"] == "finished" and remote["runtime"] == "grpc"
     assert remote["model_digest"] == local["model_digest"]
+    # every party program holds its own rows: the PSI ran over the session streams, all 569 align
+    assert remote["comm/psi_mb"] > 0 == local["comm/psi_mb"]
+    assert remote["data/aligned_rows"] == local["data/aligned_rows"] == 569
     for key in ("comm/uplink_mb", "comm/downlink_mb", "comm/rounds", "val/acc", "test/acc"):
         assert remote[key] == local[key], key
     assert "comm/socket_mb" not in local
@@ -38,6 +41,7 @@ def test_pbm_over_grpc_is_the_local_run_and_its_sockets_carry_the_ledger(tmp_pat
         assert saved, f"party {party.party} saved no state in its own directory"
 
 
+@pytest.mark.slow
 def test_partial_overlap_over_grpc_aligns_by_the_psi_on_the_parties_channels(tmp_path):
     """Each party program holds its own rows (its file, its order, 60 % shared); the server runs
     the PSI over the parties' authenticated streams (Psi calls) and trains the local run's model

@@ -19,6 +19,7 @@ from vfl_lightning.party import write_party_config  # noqa: E402
 from vfl_lightning.run.assemble import build  # noqa: E402
 from vfl_lightning.run.grpc_session import make_proposal  # noqa: E402
 from vfl_lightning.runtime.grpc_channel import PartyRefusal  # noqa: E402
+from vfl_lightning.runtime.grpc_schema import SESSION, UNARY  # noqa: E402
 from vfl_lightning.runtime.party_config import read_party_config  # noqa: E402
 from vfl_lightning.runtime.party_program import PartyProgram  # noqa: E402
 
@@ -46,23 +47,28 @@ def session_of(root, overrides: list[str], seeds: str = "private"):
     program.propose({"proposal": proposal})
     assert manifest.num_parties == module.num_parties
     session = program.session
-    before = {"idx": torch.arange(2), "stage": "train", "round": 0}
-    line = refusal(session.send, before)
-    assert line.endswith("it releases nothing before the PSI aligned its rows (Psi)")
-    # the PSI of the label holder with this party, through its Psi calls (the server's code)
+    before = "it releases nothing before the PSI aligned its rows (Psi)"
+    assert refusal(session.rows, "train", torch.arange(2)).endswith(before)  # every release's
+    if getattr(session, "strategy", None) != "fedvs":  # a coded client refuses every Send
+        send = {"idx": torch.arange(2), "stage": "train", "round": 0}
+        assert refusal(session.send, send).endswith(before)
+    # the PSI of the label holder with this party (the server's code), through Psi calls of the
+    # session's runner: a call of the authenticated session stream, never a unary call
+    assert "Psi" in SESSION and "Psi" not in UNARY
+    assert "Psi" not in program.handlers().unary
     ids = {stage: datamodule.split_index[stage] for stage in ("train", "val", "test")}
-    sent = []
+    run, sent = program.open_session(session.session), []
 
     def exchange(messages: list[bytes]) -> list[bytes]:
         sent.append(messages[0])
-        return [session.psi({"message": messages[0]})["message"]]
+        return [run("Psi", {"message": messages[0]})["message"]]
 
     report = align_with_parties(ids, exchange, 1)
     assert report.aligned_rows == sum(len(rows) for rows in ids.values())
     # a replayed message of the finished alignment (a new ALIGN too) is refused, rows unchanged
     aligned = {stage: x.clone() for stage, x in session.features.items()}
     for message in sent:
-        assert "its alignment is finished" in refusal(session.psi, {"message": message})
+        assert "its alignment is finished" in refusal(run, "Psi", {"message": message})
     assert all(torch.equal(aligned[s], session.features[s]) for s in aligned)
     return program, session
 

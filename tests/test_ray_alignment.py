@@ -16,6 +16,7 @@ SHORT = ["trainer.max_epochs=1", "trainer.limit_train_batches=4", "trainer.limit
 SHORT += ["test=false"]
 
 
+@pytest.mark.slow
 def test_ray_aligns_between_the_actors_and_equals_local(make_cfg, ray_session):
     common = ["algo=pbm", *TWO_PARTIES, *SHORT, "data.overlap=0.6"]
     local = train(make_cfg(*common))
