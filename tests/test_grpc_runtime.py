@@ -15,7 +15,10 @@ from vfl_lightning.train import train  # noqa: E402
 
 
 def run_both(tmp_path, common: list[str]) -> tuple[dict, dict, object]:
-    local = train(compose_config(tmp_path / "local", *common))
+    """The local run and the gRPC run of ``common``. Party programs hold their own rows, so the
+    gRPC run always aligns them by the PSI: the local run does too (``data.psi=always``, which
+    trains bit for bit as without it) and charges the same PSI bytes and simulated time."""
+    local = train(compose_config(tmp_path / "local", *common, "data.psi=always"))
     with running(tmp_path / "deployment", common) as deployment:
         remote = train(compose_config(tmp_path / "server", *common, *deployment.server_overrides()))
     return local, remote, deployment
@@ -29,9 +32,10 @@ def test_pbm_over_grpc_is_the_local_run_and_its_sockets_carry_the_ledger(tmp_pat
     assert remote["status"] == "finished" and remote["runtime"] == "grpc"
     assert remote["model_digest"] == local["model_digest"]
     # every party program holds its own rows: the PSI ran over the session streams, all 569 align
-    assert remote["comm/psi_mb"] > 0 == local["comm/psi_mb"]
+    assert remote["comm/psi_mb"] == local["comm/psi_mb"] > 0
     assert remote["data/aligned_rows"] == local["data/aligned_rows"] == 569
-    for key in ("comm/uplink_mb", "comm/downlink_mb", "comm/rounds", "val/acc", "test/acc"):
+    keys = ("comm/uplink_mb", "comm/downlink_mb", "comm/rounds", "time/simulated_s")
+    for key in (*keys, "val/acc", "test/acc"):
         assert remote[key] == local[key], key
     assert "comm/socket_mb" not in local
     ratio = remote["comm/socket_mb"] / remote["comm/total_mb"]
