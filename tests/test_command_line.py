@@ -212,7 +212,8 @@ def test_hydra_full_error_keeps_hydras_own_error(new_user, monkeypatch, override
 
 def test_a_config_error_is_answered_before_torch_and_lightning_are_imported(tmp_path):
     """``python train.py`` with an unknown key, a wrong type, a value out of range, an unknown
-    option, and ``--help``: the answer comes before torch or Lightning is imported."""
+    option, a protocol from the standard library, and ``--help``: the answer comes before torch
+    or Lightning is imported."""
     script = (
         "import runpy, sys\n"
         "sys.argv = ['train.py', *sys.argv[1:]]\n"
@@ -229,6 +230,7 @@ def test_a_config_error_is_answered_before_torch_and_lightning_are_imported(tmp_
         ["data.batch_size=abc"],
         ["optimizer.lr=-1"],
         ["algo=foo"],
+        ["algo._target_=os.system"],
         ["--help"],
     ):
         done = subprocess.run(

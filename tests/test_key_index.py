@@ -99,12 +99,31 @@ def test_locate_names_the_missing_part():
             r"^algo._target_=nonexistent.Module cannot be imported: there is no module named "
             r"'nonexistent': check the spelling, or install the package",
         ),
+        (
+            ["algo._target_=os.system"],
+            r"^algo._target_=os.system is a builtin_function_or_method, not a protocol \(a "
+            r"subclass of vfl_lightning.algorithms.base.VFLModule, e.g. ",
+        ),
+        (["algo._target_=json.JSONDecoder"], r"^algo._target_=json.JSONDecoder is a class, not a "),
+        (
+            ["algo._target_=os.nope"],
+            r"^algo._target_=os.nope cannot be imported \(module 'os' has no attribute 'nope'\)",
+        ),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
 )
 def test_the_early_check_refuses(make_cfg, overrides, message):
     with pytest.raises(ConfigError, match=message):
         check_early(make_cfg(*overrides))
+
+
+def test_the_protocol_base_class_is_where_the_early_refusal_says():
+    from vfl_lightning.algorithms import SyncVFL
+    from vfl_lightning.algorithms.base import VFLModule
+
+    assert VFLModule.__module__ == "vfl_lightning.algorithms.base" and issubclass(
+        SyncVFL, VFLModule
+    )
 
 
 def test_every_experiment_passes_the_early_check(make_cfg):

@@ -15,7 +15,7 @@ from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.parallel import FederationDDPStrategy
 from vfl_lightning.run.checks import algos_with
-from vfl_lightning.run.early import target_nodes
+from vfl_lightning.run.early import not_a_protocol, target_error, target_nodes
 from vfl_lightning.run.key_index import locate
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
@@ -41,11 +41,7 @@ def check_targets(cfg: DictConfig) -> None:
         try:
             locate(target)
         except Exception as error:
-            reason = " ".join(str(error).split()) or type(error).__name__
-            raise ConfigError(
-                f"{path}._target_={target} cannot be imported ({reason}): check the spelling, or "
-                "install the package that provides it (or add its folder to PYTHONPATH)"
-            ) from None
+            raise target_error(path, target, error) from None
 
 
 def protocol_class(cfg: DictConfig) -> type[VFLModule]:
@@ -53,12 +49,7 @@ def protocol_class(cfg: DictConfig) -> type[VFLModule]:
     target = cfg.algo._target_
     found = locate(target)
     if not (isinstance(found, type) and issubclass(found, VFLModule)):
-        kind = "a class" if isinstance(found, type) else f"a {type(found).__name__}"
-        raise ConfigError(
-            f"algo._target_={target} is {kind}, not a protocol (a subclass of "
-            f"{VFLModule.__module__}.VFLModule, e.g. vfl_lightning.algorithms.SyncVFL): name "
-            "your protocol class there, or choose a shipped one with algo=NAME"
-        )
+        raise not_a_protocol(target, found)
     return found
 
 

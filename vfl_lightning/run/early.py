@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import sys
 
 from omegaconf import DictConfig
 
 from vfl_lightning.errors import ConfigError
-from vfl_lightning.run.key_index import NOT_INDEXED, indexed_parameters
+from vfl_lightning.run.key_index import NOT_INDEXED, indexed_parameters, locate
 from vfl_lightning.run.schema import check_schema
 
 EVALUATION_METRICS = ("acc", "acc_clean", "auroc", "auprc", "loss")
@@ -82,7 +83,8 @@ def target_nodes(node: DictConfig, prefix: str = ""):
 
 def check_target_packages(cfg: DictConfig) -> None:
     """A ``_target_`` outside the key index must at least name a package that is installed
-    (its class is imported and checked after torch)."""
+    (its class is imported and checked after torch). ``algo._target_`` in Python's standard
+    library (cheap to import, and never a protocol) is imported and refused here."""
     for path, target in target_nodes(cfg):
         if indexed_parameters(target) is not NOT_INDEXED:
             continue
@@ -93,3 +95,28 @@ def check_target_packages(cfg: DictConfig) -> None:
                 f"{package!r}: check the spelling, or install the package that provides it (or "
                 "add its folder to PYTHONPATH)"
             )
+        if path == "algo" and package in sys.stdlib_module_names:
+            try:
+                found = locate(target)
+            except Exception as error:
+                raise target_error(path, target, error) from None
+            raise not_a_protocol(target, found)
+
+
+def target_error(path: str, target: str, error: BaseException) -> ConfigError:
+    """``<path>._target_`` names nothing that imports: why, and the fix."""
+    reason = " ".join(str(error).split()) or type(error).__name__
+    return ConfigError(
+        f"{path}._target_={target} cannot be imported ({reason}): check the spelling, or "
+        "install the package that provides it (or add its folder to PYTHONPATH)"
+    )
+
+
+def not_a_protocol(target: str, found) -> ConfigError:
+    """``algo._target_`` names something other than a protocol class: what it is, and the fix."""
+    kind = "a class" if isinstance(found, type) else f"a {type(found).__name__}"
+    return ConfigError(
+        f"algo._target_={target} is {kind}, not a protocol (a subclass of "
+        "vfl_lightning.algorithms.base.VFLModule, e.g. vfl_lightning.algorithms.SyncVFL): name "
+        "your protocol class there, or choose a shipped one with algo=NAME"
+    )
