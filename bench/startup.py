@@ -1,6 +1,7 @@
 """Start-up: how long a new Python process takes to import the command line, to import what a run
 imports, to print ``python train.py --help``, and to refuse a bad config (an unknown key, a wrong
-type, a value out of range, an unknown group option), each against ``import lightning`` timed in
+type, a value out of range, an unknown group option; an unknown key both added with ``+`` and set
+without it, which Hydra itself refuses), each against ``import lightning`` timed in
 the same rounds (the ratios are what to compare between machines; the seconds depend on the
 machine and its load).
 
@@ -34,6 +35,7 @@ IMPORTS = {
 }
 REFUSALS = {
     "unknown key (+data.bach_size=8)": ["+data.bach_size=8"],
+    "unknown key (data.bach_size=8, Hydra's)": ["data.bach_size=8"],
     "wrong type (data.batch_size=abc)": ["data.batch_size=abc"],
     "out of range (optimizer.lr=-1)": ["optimizer.lr=-1"],
     "unknown option (algo=foo)": ["algo=foo"],
