@@ -283,6 +283,29 @@ def test_the_local_group_refuses_what_an_actor_refuses(make_cfg):
         parties.apply_gradients(gradients)
 
 
+def test_one_tensor_handed_to_several_parties_is_checked_for_each(make_cfg):
+    """Gradients that are one tensor (a sum fusion's) are measured once, but only views of the
+    same memory with the same shape and strides count as one: a view that starts at the same
+    address with other strides reaches other values, and its party refuses them."""
+    L.seed_everything(0)
+    datamodule, module = build(make_cfg("algo=pbm"))
+    datamodule.setup("fit")
+    xs, _, idx = next(iter(datamodule.train_dataloader()))
+    parties = module.party_side
+    rows, width = parties.send(xs, idx, stage="train", round=0)[0].shape
+    storage = torch.zeros(2 * rows * width)
+    storage[(rows - 1) * 2 * width] = float("nan")  # outside the contiguous view, inside the other
+    contiguous = storage[: rows * width].view(rows, width)
+    strided = storage.view(rows, 2 * width)[:, :width]
+    assert contiguous.data_ptr() == strided.data_ptr() and contiguous.shape == strided.shape
+    with pytest.raises(PartyRefusal, match="^party 2 refused apply_gradient: .* must be finite"):
+        parties.apply_gradients([contiguous, contiguous, strided, contiguous])
+    shared = torch.full((rows, width), float("inf"))
+    parties.send(xs, idx, stage="train", round=1)
+    with pytest.raises(PartyRefusal, match="^party 0 refused apply_gradient: .* must be finite"):
+        parties.apply_gradients([shared] * len(parties.members))
+
+
 # ----------------------------------------------------------------- through Ray itself
 def test_ray_actors_refuse_the_rollback_and_the_plain_send(make_cfg, tmp_path, ray_session):
     """The same calls on real Ray actor handles: the refusal reaches the caller as a

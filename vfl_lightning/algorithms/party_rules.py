@@ -267,7 +267,8 @@ def checked_gradients(
     (cast to the embedding's dtype, as autograd would) and finite once cast,
     and each row's L2 norm is within the party's ``policy.max_gradient_norm`` (or, with
     ``policy.large_gradient=clip``, the oversized rows are scaled down to it). One host sync for
-    every party together (the largest row norm of each)."""
+    every party together (the largest row norm of each); gradients that are the same values (one
+    tensor handed to several parties, as a sum or mean fusion does) are measured once."""
     present, out = [], list(gradients)
     for index, (guard, gradient, embedding) in enumerate(
         zip(guards, gradients, embeddings, strict=True)
@@ -290,8 +291,7 @@ def checked_gradients(
             present.append((index, guard, gradient))
     if not present:
         return out
-    norms = [row_norms(gradient) for _, _, gradient in present]
-    largest = torch.stack([n.amax() for n in norms]).tolist()
+    norms, largest = measured_rows([gradient for _, _, gradient in present])
     for (index, guard, gradient), rows, worst in zip(present, norms, largest, strict=True):
         if not math.isfinite(worst):
             raise guard.refusal(call, "a received gradient must be finite, got NaN or infinity")
@@ -307,6 +307,27 @@ def checked_gradients(
         scale = (bound / rows.clamp_min(torch.finfo(rows.dtype).tiny)).clamp(max=1.0)
         out[index] = gradient * scale.reshape(-1, *([1] * (gradient.dim() - 1)))
     return out
+
+
+def measured_rows(gradients: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[float]]:
+    """(each gradient's :func:`row_norms`, its largest row norm as a float), computed once per
+    distinct view (the same memory, shape, strides, dtype and device hold the same values)."""
+    of_view: dict[tuple, int] = {}
+    distinct: list[torch.Tensor] = []
+    positions = []
+    for gradient in gradients:
+        view = (gradient.data_ptr(), gradient.shape, gradient.stride(), gradient.dtype)
+        view += (gradient.device,)
+        position = of_view.get(view)
+        if position is None:
+            position = of_view[view] = len(distinct)
+            distinct.append(row_norms(gradient))
+        positions.append(position)
+    if len(distinct) == 1:
+        largest = [distinct[0].amax().item()]
+    else:
+        largest = torch.stack([n.amax() for n in distinct]).tolist()
+    return [distinct[i] for i in positions], [largest[i] for i in positions]
 
 
 def row_norms(gradient: torch.Tensor) -> torch.Tensor:
