@@ -6,7 +6,9 @@ family: one round, embeddings up, gradients down, every side steps; ``cascade``:
 server iterations, each a client's query taken as it arrives, losses back; FedVS:
 ``fedvs_round`` / ``baseline_round``), and for Ray also the time inside the party calls; a round
 is a server update (``global_step``). A third column times a bare echo: the same messages sent to
-M no-op actors and back, i.e. the transport alone. Medians after a warm-up, printed as a table.
+M no-op actors and back, i.e. the transport alone (for the synchronous family one request per
+party and round, as ``RayParties`` sends it, by ``--exchange``: Ray tasks or a compiled graph).
+Medians after a warm-up, printed as a table.
 
 FedVS runs ``experiment=fedvs_digits`` (its own N = 8 clients, whatever ``--parties`` says) with
 its §6.2 stragglers; under Ray each client really sleeps its delays x ``--time-scale``, so the Ray
@@ -16,6 +18,7 @@ rate includes the wait for the R-th coded embedding (about 0.2-0.4 simulated s a
     python bench/runtime_overhead.py --algos npq --parties 4 --rounds 400
     python bench/runtime_overhead.py --algos cascade
     python bench/runtime_overhead.py --algos fedvs --time-scale 0.01
+    python bench/runtime_overhead.py --exchange compiled              # Ray Compiled Graphs
     python bench/runtime_overhead.py --runtime grpc --json grpc.json   # npq, pbm over gRPC
 
 ``--runtime grpc`` starts one party program per party (``python -m vfl_lightning.party serve``,
@@ -68,6 +71,14 @@ class Echo:
     def answer(self, answer):
         return None
 
+    def exchange(self, calls):
+        """The synchronous family's request of a round: the last round's update, this one's
+        release (an array, as the party actors send it)."""
+        reply = None
+        for name, args in calls:
+            reply = getattr(self, name)(*args)
+        return None if reply is None else (reply[0].numpy(), 0)
+
 
 CLIENT_PASSES = ("cascade", "zoo_vfl", "vafl")
 """Asynchronous algos whose protocol step (one batch) is M server iterations (algo.epoch=client_pass)."""
@@ -108,11 +119,11 @@ def run_overrides(
     algo: str, runtime: str, parties: int, time_scale: float, server: list[str]
 ) -> list[str]:
     """The server's overrides: the protocol's, and the runtime's (``server``: how to reach the
-    party programs under gRPC)."""
+    party programs under gRPC; Ray's exchange)."""
     overrides = [*protocol_overrides(algo, parties), f"runtime={runtime}"]
     if runtime == "ray" and algo in FEDVS_ALGOS:
         overrides += [f"runtime.time_scale={time_scale}"]
-    return overrides + (server if runtime == "grpc" else [])
+    return overrides + (list(server) if runtime != "local" else [])
 
 
 def time_run(
@@ -196,12 +207,12 @@ def time_run(
     return statistics.median(round_s[warmup:]), statistics.median(party_s[1:][warmup:])
 
 
-def time_echo(parties: int, rounds: int, warmup: int, width: int, batch: int, dtype):
+def time_call_echo(parties: int, rounds: int, warmup: int, width: int, batch: int, dtype):
+    """Median seconds of a bare round of separate calls (FedVS's transport): M no-op actors,
+    message up, then the gradient submitted without waiting, its ack checked after the next
+    round's messages are requested."""
     import ray
 
-    """Median seconds of a bare synchronous round: M no-op actors, message up, gradient down,
-    as ``RayParties`` does it (the gradient submitted without waiting, its ack checked after the
-    next round's messages are requested)."""
     actors = [ray.remote(Echo).options(num_cpus=0).remote() for _ in range(parties)]
     idx = torch.arange(batch)
     gradient = torch.zeros(batch, width)
@@ -215,6 +226,34 @@ def time_echo(parties: int, rounds: int, warmup: int, width: int, batch: int, dt
         updates = [a.apply_gradient.remote(gradient, False, 0.0) for a in actors]
         times.append(time.perf_counter() - start)
     ray.get(updates)
+    for actor in actors:
+        ray.kill(actor)
+    return statistics.median(times[warmup:])
+
+
+def time_echo(
+    parties: int, rounds: int, warmup: int, width: int, batch: int, dtype, exchange: str = "tasks"
+):
+    """Median seconds of a bare synchronous round: M no-op actors, message up, gradient down,
+    as ``RayParties`` does it for the synchronous family (one request per party and round: the
+    last round's gradient, a frame of bytes, then this round's release, rows and message as
+    arrays; as Ray tasks or on a compiled graph, ``exchange``)."""
+    import ray
+
+    from vfl_lightning.runtime.ray_exchange import PartyExchange
+
+    actors = [ray.remote(Echo).options(num_cpus=0).remote() for _ in range(parties)]
+    batches = PartyExchange(actors, lambda error: error, exchange)
+    idx = torch.arange(batch).numpy()
+    gradient = bytes(batch * width * 4 + 40)
+    times = []
+    for _ in range(rounds + warmup):
+        start = time.perf_counter()
+        batches.call([("send", (idx, (batch, width), dtype))] * parties)
+        batches.queue([("apply_gradient", (gradient, False, 0.0))] * parties)
+        times.append(time.perf_counter() - start)
+    batches.flush()
+    batches.close()
     for actor in actors:
         ray.kill(actor)
     return statistics.median(times[warmup:])
@@ -246,18 +285,20 @@ def time_async_echo(parties: int, rounds: int, warmup: int, shape, dtype, answer
     return statistics.median(times[warmup:])
 
 
-def echo_round(algo: str, parties: int, rounds: int, warmup: int) -> tuple[int, int, float]:
+def echo_round(
+    algo: str, parties: int, rounds: int, warmup: int, exchange: str
+) -> tuple[int, int, float]:
     """(parties, batch, seconds): the bare transport of one round of ``algo`` on digits with the
     default party widths."""
     if algo in FEDVS_ALGOS:
         dtype = torch.int32 if algo == "fedvs" else torch.float32
-        return FEDVS_PARTIES, 64, time_echo(FEDVS_PARTIES, rounds, warmup, 16, 64, dtype)
+        return FEDVS_PARTIES, 64, time_call_echo(FEDVS_PARTIES, rounds, warmup, 16, 64, dtype)
     if algo in CLIENT_PASSES:
         # c and q = 1 perturbed output in float64, width 16; the losses [h, h_hat] back
         seconds = time_async_echo(parties, rounds, warmup, (2, 32, 16), torch.float64, 2)
         return parties, 32, seconds
     dtype = torch.uint8 if algo == "pbm" else torch.float32
-    return parties, 32, time_echo(parties, rounds, warmup, 16, 32, dtype)
+    return parties, 32, time_echo(parties, rounds, warmup, 16, 32, dtype, exchange)
 
 
 def serve_echo(folder: Path, party: int) -> None:
@@ -361,6 +402,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--time-scale", type=float, default=0.01, help="FedVS: runtime.time_scale")
+    parser.add_argument(
+        "--exchange",
+        choices=("tasks", "compiled"),
+        default="tasks",
+        help="Ray: runtime.exchange (the synchronous family's per-batch requests)",
+    )
     parser.add_argument("--json", type=Path, help="write local_rps, runtime_rps, slowdown per algo")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -376,8 +423,11 @@ def main() -> None:
             local, _ = time_run(algo, "local", *timing)
             echo = None
             if ray_runtime:
-                remote, waiting = time_run(algo, "ray", *timing)
-                parties, batch, echo = echo_round(algo, args.parties, args.rounds, args.warmup)
+                exchange = [f"runtime.exchange={args.exchange}"]
+                remote, waiting = time_run(algo, "ray", *timing, server=exchange)
+                parties, batch, echo = echo_round(
+                    algo, args.parties, args.rounds, args.warmup, args.exchange
+                )
             else:
                 deployment = grpc_parties(algo, args.parties, Path(tmp))
                 try:

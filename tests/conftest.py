@@ -261,8 +261,11 @@ def kill_party(make_cfg, common, *, epoch: int, batch: int, party: int) -> tuple
 # returns a party's state, so the observer runs its own code in the actor through Ray's
 # ``__ray_call__``, which the driver of a Ray cluster can always do; docs/threat_model.md).
 def actor_states(party_side) -> list[dict]:
-    """Every Ray party actor's state (model, optimizer, generators), read from the actors."""
+    """Every Ray party actor's state (model, optimizer, generators), read from the actors once
+    they ran the calls the server sent them (an update waits for the next exchange)."""
     import ray
+
+    party_side.settle()
 
     def capture(actor) -> dict:  # a local function: Ray ships it by value, not as conftest's
         return actor.own.state_dict()
@@ -272,6 +275,8 @@ def actor_states(party_side) -> list[dict]:
 
 def load_actor_states(party_side, states: list[dict]) -> None:
     import ray
+
+    party_side.settle()
 
     def restore(actor, state: dict) -> None:  # the observer's powers, not the party's resume
         actor.own.model.load_state_dict(state["model"])

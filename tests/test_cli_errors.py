@@ -148,6 +148,10 @@ BEFORE_FIT = [
     ),
     (["target.value=abc"], r"^target.value must be a finite number or null, got 'abc'$"),
     (["target.mode=maximum"], r"^target.mode must be one of \('max', 'min'\), got 'maximum'$"),
+    (
+        ["runtime=ray", "runtime.exchange=fast"],
+        r"^runtime.exchange must be one of \('tasks', 'compiled'\), got 'fast'$",
+    ),
     (["data.eval_batch_size=0"], r"^data.eval_batch_size must be an integer >= 1, got 0$"),
     (
         ["trainer.max_epochs=abc"],

@@ -37,7 +37,8 @@ COMMON = {
 }
 EXPECTED = {
     PartyActor: COMMON,
-    SyncPartyActor: COMMON | {"apply_gradient", "set_anchor", "set_lr_factor"},
+    # exchange: the per-batch calls on the run's compiled graph, each through its own method
+    SyncPartyActor: COMMON | {"apply_gradient", "set_anchor", "set_lr_factor", "exchange"},
     AsyncPartyActor: COMMON
     | {"set_work_delay", "initial_embeddings", "embed_rows", "client_message", "answer"},
     FedVSPartyActor: COMMON
@@ -71,11 +72,14 @@ def remote_calls(actor_class: type) -> set[str]:
 
 
 def calls_made_by_the_runtime() -> set[str]:
-    """Every actor method the runtime's code calls (``x.name.remote(``, or a share delivery
-    named by its string)."""
+    """Every actor method the runtime's code calls (``x.name.remote(``, ``x.name.bind(`` in a
+    compiled graph, a call the graph's exchange carries, ``("name", (...))``, or a share
+    delivery named by its string)."""
     source = "\n".join(p.read_text() for p in RUNTIME_DIR.glob("*.py"))
-    return set(re.findall(r"\.(\w+)\.remote\(", source)) | set(
-        re.findall(r'"(receive_\w+)"', source)
+    return (
+        set(re.findall(r"\.(\w+)\.(?:remote|bind)\(", source))
+        | set(re.findall(r'"(receive_\w+)"', source))
+        | set(re.findall(r'\("(\w+)", \(', source))
     )
 
 

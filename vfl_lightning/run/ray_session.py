@@ -101,6 +101,7 @@ def attach_ray_parties(cfg: DictConfig, module: VFLModule, datamodule=None) -> N
         codec_fn=lambda: module.wire.downlink_codec,
         policy=party_policy(cfg),
         label_holder_ids=None if datamodule is None else datamodule.label_holder_ids,
+        exchange=cfg.runtime.get("exchange", "tasks"),
     )
     if parties.alignment is not None:
         datamodule.apply_alignment(parties.alignment)

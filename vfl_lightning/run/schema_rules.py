@@ -177,6 +177,7 @@ RANGES: dict[str, tuple[Callable, str]] = {
     "network.straggler_fraction": number(0, 1),
     "network.group_ops_per_second": number(0, INF, low_open=True),
     "runtime.num_cpus": integer(1, null=True),
+    "runtime.exchange": choice("tasks", "compiled"),
     "runtime.time_scale": (
         number(0, INF, low_open=True)[0],
         "a finite number > 0 (real seconds slept per modelled second of delay)",

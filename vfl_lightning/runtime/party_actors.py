@@ -6,6 +6,11 @@ makes."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import threading
+
+import numpy as np
 import ray
 import torch
 
@@ -33,7 +38,7 @@ from vfl_lightning.runtime.party_state import (
 from vfl_lightning.runtime.party_trust import PartyKeys, PartyTrust
 from vfl_lightning.runtime.ray_alignment import PsiActorMethods
 from vfl_lightning.runtime.ray_async import AsyncPartyMethods
-from vfl_lightning.runtime.transport import serialized_bytes, wire_dtype
+from vfl_lightning.runtime.transport import array_bytes, serialized_bytes, wire_dtype
 from vfl_lightning.wire.codecs import decode_form
 from vfl_lightning.wire.frames import FrameError, decode_frame
 
@@ -87,6 +92,7 @@ class PartyActor(PsiActorMethods):
         torch.set_num_threads(num_threads)
         self.party = int(party)
         self.trust = trust
+        self.lock = threading.RLock()
         gpus = ray.get_gpu_ids() if ray.is_initialized() else []
         self.device = torch.device("cuda" if gpus else "cpu")
         kit = factory.party(self.party, self.device)
@@ -154,14 +160,7 @@ class PartyActor(PsiActorMethods):
         """(message, serialized bytes): this party's release of rows ``idx`` of the stage, encoded
         by its mechanism at release ``round``, as its guard allows (``round`` None, the plain
         embedding, only where its protocol adds no noise at that stage)."""
-        noise = None if round is None else mechanism_noise(self.mechanism)
-        out, commit = embed_release(self, "send", idx, stage, round, noise)
-        if round is not None:
-            out = self.mechanism.encode_party(
-                self.party, out, generator=self.own.generators.get(stage), round=round
-            )
-        commit()
-        return wire_message(self, out)
+        return wire_message(self, encoded_release(self, idx, stage, round))
 
     def restart_stream(self, stage: str, release: int) -> None:
         self.own.guard.restart(stage, release)
@@ -210,12 +209,27 @@ class PartyActor(PsiActorMethods):
         return problem
 
 
-def embed_release(actor: PartyActor, call: str, idx: torch.Tensor, stage: str, round, noise):
-    """(``actor``'s embedding of rows ``idx`` of ``stage``, what records the release): its guard
-    checks the release first; a training forward is kept for its update once recorded. A
-    function, not a method: Ray would expose a method to every handle."""
+def encoded_release(actor: PartyActor, idx, stage: str, round: int | None) -> torch.Tensor:
+    """``actor``'s release of rows ``idx`` of ``stage``, encoded by its mechanism at release
+    ``round`` (None: its plain embedding), checked and recorded by its guard."""
+    noise = None if round is None else mechanism_noise(actor.mechanism)
+    out, commit = embed_release(actor, "send", idx, stage, round, noise)
+    if round is not None:
+        out = actor.mechanism.encode_party(
+            actor.party, out, generator=actor.own.generators.get(stage), round=round
+        )
+    commit()
+    return out
+
+
+def embed_release(actor: PartyActor, call: str, idx, stage: str, round, noise):
+    """(``actor``'s embedding of rows ``idx`` (a tensor or an array) of ``stage``, what records
+    the release): its guard checks the release first; a training forward is kept for its update
+    once recorded. A function, not a method: Ray would expose a method to every handle."""
     if stage not in SPLITS:
         raise ValueError(f"party {actor.party} embeds rows of {SPLITS}, not {stage!r}")
+    if not isinstance(idx, torch.Tensor):
+        idx = torch.tensor(np.asarray(idx))
     rows = release_rows(idx)
     own = actor.own
     if actor.aligned_features is None:
@@ -223,7 +237,8 @@ def embed_release(actor: PartyActor, call: str, idx: torch.Tensor, stage: str, r
     own.guard.check_release(call, stage, round, rows, noise)
     x = actor.features[stage][idx.to(actor.device)]
     training = stage == "train"
-    own.model.train(training)
+    if own.model.training != training:
+        own.model.train(training)
     if training:
         h = own.forward(x)
         out = own.training_release(idx, h.detach())
@@ -245,17 +260,66 @@ def split_sizes(features: dict[str, torch.Tensor] | None) -> dict[str, int]:
     return {stage: int(x.shape[0]) for stage, x in features.items()}
 
 
-def wire_message(actor: PartyActor, out: torch.Tensor):
-    """(``out`` as it travels, serialized bytes): ring elements in their smallest dtype."""
+def wire_message(actor: PartyActor, out: torch.Tensor, *, array: bool = False):
+    """(``out`` as it travels, serialized bytes): ring elements in their smallest dtype; as a
+    NumPy array with ``array`` (cheaper for Ray to serialize than a tensor)."""
     dtype = wire_dtype(actor.bits) if out.dtype == torch.int64 else None
     out = out.to("cpu", dtype) if dtype is not None else out.to("cpu")
+    if array:
+        out = out.numpy()
+        return out, array_bytes(out)
     return out, serialized_bytes(out)
 
 
+def one_call_at_a_time(cls: type) -> type:
+    """Run every public method of actor class ``cls`` (its own and inherited) under the actor's
+    ``lock``: Ray runs a compiled graph's calls on a thread of their own, beside the thread of
+    the ordinary calls, and a party answers one call at a time (its guard checks each against
+    the state the previous one left)."""
+
+    def locked(method):
+        @functools.wraps(method)
+        def serialized(self, *args, **kwargs):
+            with self.lock:
+                return method(self, *args, **kwargs)
+
+        return serialized
+
+    for name, method in inspect.getmembers(cls, inspect.isfunction):
+        if not name.startswith("_"):
+            setattr(cls, name, locked(method))
+    return cls
+
+
+@one_call_at_a_time
 class SyncPartyActor(PartyActor):
     """A party of the synchronous family (splitnn, fedsgd, the FedBCD family, pbm, ldp, npq):
     besides the common calls, the backward of its last training message, FedPBCD's anchor and
-    the FedBCD family's learning-rate schedule."""
+    the FedBCD family's learning-rate schedule. :meth:`exchange` carries the per-batch calls,
+    one request a round (:mod:`~vfl_lightning.runtime.ray_exchange`)."""
+
+    EXCHANGE_CALLS = ("send", "apply_gradient", "set_anchor", "set_lr_factor", "restart_stream")
+    """The calls :meth:`exchange` carries: the per-batch ones."""
+
+    def exchange(self, calls: tuple) -> object:
+        """Run ``calls``, a sequence of (name, arguments) of :attr:`EXCHANGE_CALLS`, in order,
+        each through its own method (so its guard checks it); the last one's reply. A name
+        outside them, or a malformed call, is refused before any runs."""
+        try:
+            plan = [(str(name), tuple(args)) for name, args in calls]
+        except (TypeError, ValueError):
+            plan = None
+        if plan is None or any(name not in self.EXCHANGE_CALLS for name, _ in plan):
+            raise self.own.guard.refusal(
+                "exchange", f"it carries only {self.EXCHANGE_CALLS}, each as (name, arguments)"
+            )
+        reply = None
+        for name, args in plan:
+            if name == "send":  # the release as an array, which Ray serializes cheaply
+                reply = wire_message(self, encoded_release(self, *args), array=True)
+            else:
+                reply = getattr(self, name)(*args)
+        return reply
 
     def apply_gradient(self, gradient: bytes, fresh: bool, mu: float) -> None:
         """Decode the gradient's downlink form (a frame: float32, or a sparsified gradient's

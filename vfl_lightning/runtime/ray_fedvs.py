@@ -243,6 +243,8 @@ class RayFedVSParties(CodedEvaluationParties, RayParties, FedVSParties):
     every actor, which adds it to what it sends.
     """
 
+    EXCHANGE = False  # its calls are its own (and taken as they arrive)
+
     def __init__(
         self,
         factory: PartyFactory,

@@ -26,7 +26,8 @@ from vfl_lightning.runtime.party_actors import (
 from vfl_lightning.runtime.party_trust import PartyTrust
 from vfl_lightning.runtime.ray_alignment import RayAlignment
 from vfl_lightning.runtime.ray_async import AsyncRayMethods
-from vfl_lightning.runtime.transport import serialized_bytes
+from vfl_lightning.runtime.ray_exchange import ActorLost, PartyExchange
+from vfl_lightning.runtime.transport import blob_bytes
 from vfl_lightning.wire.codecs import Codec
 from vfl_lightning.wire.frames import encode_frame
 
@@ -79,9 +80,17 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
     party's refusal (:class:`~vfl_lightning.errors.PartyRefusal`) reaches the server as itself,
     one line. ``label_holder_ids`` (the label holder's sample ids per stage, when the parties'
     rows await the PSI): after the key agreement the server runs the PSI with every actor
-    (:meth:`align`); ``alignment`` is its report (None without)."""
+    (:meth:`align`); ``alignment`` is its report (None without).
+
+    The synchronous family's per-batch calls (``send``, ``apply_gradients``, ``set_anchor``,
+    ``set_lr_factor``, ``restart_stream``) go as one request per party
+    (:class:`~vfl_lightning.runtime.ray_exchange.PartyExchange`, by ``exchange``: Ray tasks, or
+    a Ray Compiled Graph): the calls without a reply wait and go with the next call that has
+    one, and every other call first sends what waits (:meth:`settle`)."""
 
     name = "ray"
+    EXCHANGE = True
+    """Whether the synchronous family's per-batch calls go as one request per party."""
 
     def __init__(
         self,
@@ -98,6 +107,7 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
         codec_fn: Callable[[], Codec] = Codec,
         policy: PartyPolicy | None = None,
         label_holder_ids: dict | None = None,
+        exchange: str = "tasks",
     ) -> None:
         self.factory = factory
         self.codec_fn = codec_fn
@@ -115,6 +125,9 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
         self.round_fn = round_fn
         self.device_fn = device_fn
         self.updates: dict[int, ray.ObjectRef] = {}
+        self.batches: PartyExchange | None = None
+        if self.EXCHANGE and not asynchronous:
+            self.batches = PartyExchange(self.actors, refusal, exchange)
         self.exchange_keys()
         self.alignment = None if label_holder_ids is None else self.align(label_holder_ids)
 
@@ -148,6 +161,29 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
         """Party ``party``'s actor handle (a protocol's subclass starts its own actor class)."""
         actor = ray.remote(self.actor_class).options(**options)
         return actor.remote(factory, party, threads, self.trust, policy=self.policy)
+
+    def settle(self, party: int | None = None) -> None:
+        """Send the synchronous family's waiting calls, then check the asynchronous family's
+        submitted updates."""
+        if self.batches is not None and self.batches.pending():
+            self.batch_exchange([None] * len(self.actors), "update")
+        super().settle(party)
+
+    def batch_exchange(self, calls: list, what: str) -> list:
+        """Every party's waiting calls, then ``calls[m]``, in one request per party; each party's
+        last reply (a dead actor: :class:`PartyLost` naming it)."""
+        try:
+            return self.batches.call(calls)
+        except ActorLost as error:
+            if error.party is not None:
+                died = error.__cause__ if isinstance(error.__cause__, RayActorError) else None
+                raise self.lost(error.party, what, died) from error
+            for party, actor in enumerate(self.actors):
+                try:
+                    ray.get(actor.__ray_ready__.remote())
+                except RayActorError as died:
+                    raise self.lost(party, what, died) from error
+            raise
 
     def _get(self, refs: list, what: str, parties: Sequence[int] | None = None) -> list:
         """Every reply, or :class:`PartyLost` naming the first party whose actor died
@@ -199,7 +235,14 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
                 f"runtime=ray embeds rows of the train, val or test split by index, not {stage!r}"
             )
         idx = idx.to("cpu", copy=True)  # a batch's indices are a view of the epoch's permutation
-        replies = self._get([a.send.remote(idx, stage, round) for a in self.actors], "send")
+        if self.batches is not None:  # rows and releases cross as arrays (cheap for Ray)
+            call = ("send", (idx.numpy(), stage, round))
+            replies = [
+                (torch.tensor(message), nbytes)
+                for message, nbytes in self.batch_exchange([call] * len(self.actors), "send")
+            ]
+        else:
+            replies = self._get([a.send.remote(idx, stage, round) for a in self.actors], "send")
         if stage == "train" and self.ledger is not None:
             self.ledger.record_serialized(sum(nbytes for _, nbytes in replies))
         device = self.device_fn()
@@ -209,27 +252,38 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
         ]
 
     def apply_gradients(self, gradients: Sequence[torch.Tensor], *, fresh=False, mu=0.0):
-        """Submitted without waiting for the replies: an actor runs its requests in submission
-        order, so its next one (the next round's send, evaluation, a checkpoint) starts after the
-        update, and every call checks the submitted updates first (:meth:`settle`). A round
-        costs one request/reply exchange with each actor instead of two."""
-        self.settle()
+        """Without waiting for the replies: the update goes with the next request to the party
+        (the next round's send, an evaluation, or any other call, :meth:`settle`), which runs it
+        first. A round costs one request/reply exchange with each actor instead of two."""
         codec = self.codec_fn()
         payloads = [
             encode_frame({"gradient": codec.encode(g.detach().to("cpu"))}) for g in gradients
         ]
         if self.ledger is not None:
-            self.ledger.record_serialized(sum(serialized_bytes(g) for g in payloads))
+            self.ledger.record_serialized(sum(blob_bytes(g) for g in payloads))
+        if self.batches is not None:
+            self.batches.queue([("apply_gradient", (g, fresh, mu)) for g in payloads])
+            return
+        self.settle()
         for party, (actor, gradient) in enumerate(zip(self.actors, payloads, strict=True)):
             self.updates[party] = actor.apply_gradient.remote(gradient, fresh, mu)
 
     def set_anchor(self):
+        if self.batches is not None:
+            self.batches.queue([("set_anchor", ())] * len(self.actors))
+            return
         self._get([a.set_anchor.remote() for a in self.actors], "anchor")
 
     def set_lr_factor(self, factor):
+        if self.batches is not None:
+            self.batches.queue([("set_lr_factor", (factor,))] * len(self.actors))
+            return
         self._get([a.set_lr_factor.remote(factor) for a in self.actors], "learning rate")
 
     def restart_stream(self, stage, release):
+        if self.batches is not None:
+            self.batches.queue([("restart_stream", (stage, release))] * len(self.actors))
+            return
         self._get([a.restart_stream.remote(stage, release) for a in self.actors], "evaluation")
 
     def party_digests(self):
@@ -266,6 +320,8 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
         self.run = run
 
     def close(self):
+        if self.batches is not None:
+            self.batches.close()
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
