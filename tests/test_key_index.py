@@ -126,6 +126,21 @@ def test_the_protocol_base_class_is_where_the_early_refusal_says():
     )
 
 
+def test_a_target_in_a_running_script_passes_the_early_check(make_cfg, monkeypatch):
+    """A script run as ``python script.py`` is ``__main__``, imported without an import spec
+    (``importlib.util.find_spec`` raises for it): a ``_target_`` there (a bench's callback) is
+    importable, and a module that is neither imported nor installed is still refused."""
+    import sys
+    import types
+
+    script = types.ModuleType("__main__")
+    script.__spec__ = None
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    check_early(make_cfg("+callbacks.counter._target_=__main__.make_counter"))
+    with pytest.raises(ConfigError, match="no module named 'nonexistent'"):
+        check_early(make_cfg("+callbacks.counter._target_=nonexistent.make_counter"))
+
+
 def test_every_experiment_passes_the_early_check(make_cfg):
     for experiment in sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")):
         check_early(make_cfg(f"experiment={experiment}"))

@@ -82,14 +82,16 @@ def target_nodes(node: DictConfig, prefix: str = ""):
 
 
 def check_target_packages(cfg: DictConfig) -> None:
-    """A ``_target_`` outside the key index must at least name a package that is installed
-    (its class is imported and checked after torch). ``algo._target_`` in Python's standard
-    library (cheap to import, and never a protocol) is imported and refused here."""
+    """A ``_target_`` outside the key index must at least name a package that is installed or
+    already imported (a running script's ``__main__``, which has no import spec); its class is
+    imported and checked after torch. ``algo._target_`` in Python's standard library (cheap to
+    import, and never a protocol) is imported and refused here."""
     for path, target in target_nodes(cfg):
         if indexed_parameters(target) is not NOT_INDEXED:
             continue
         package = target.split(".")[0]
-        if not package or importlib.util.find_spec(package) is None:
+        imported = bool(package) and package in sys.modules
+        if not imported and (not package or importlib.util.find_spec(package) is None):
             raise ConfigError(
                 f"{path}._target_={target} cannot be imported: there is no module named "
                 f"{package!r}: check the spelling, or install the package that provides it (or "
