@@ -114,9 +114,11 @@ def make_deployment(
     idle_timeout_s: float = 60.0,
     wait_s: float | None = 600.0,
     certs: Path | None = None,
+    policy: dict | None = None,
 ) -> Deployment:
     """Certificates (or those in ``certs``), data files and configurations for ``num_parties``
-    (default: the data's) party programs of the run ``overrides`` describe (not started)."""
+    (default: the data's) party programs of the run ``overrides`` describe (not started), each
+    with ``policy`` in its file."""
     root.mkdir(parents=True, exist_ok=True)
     deployment = Deployment(root)
     data = root / "data"
@@ -140,6 +142,7 @@ def make_deployment(
             seeds=seeds,
             idle_timeout_s=idle_timeout_s,
             wait_s=wait_s,
+            policy=policy,
         )
         deployment.parties.append(PartyProcess(m, config, folder / "port", folder / "log.txt"))
     return deployment
@@ -154,3 +157,84 @@ def running(root: Path, overrides: list[str], num_parties: int | None = None, **
         yield deployment
     finally:
         deployment.stop()
+
+
+def session_of(root: Path, overrides: list[str], seeds: str = "private", policy=None):
+    """Party 0's program and its session for the run ``overrides`` describe, built as the party
+    program builds them from the server's proposal (run key ``0`` * 32), without a network, and
+    aligned by the label holder's PSI through the session's ``Psi`` calls; ``policy``: the policy
+    in its configuration file."""
+    import torch
+    from conftest import compose_config
+
+    from vfl_lightning.errors import PartyRefusal
+    from vfl_lightning.run.assemble import build
+    from vfl_lightning.run.grpc_session import make_proposal
+    from vfl_lightning.runtime.grpc_schema import SESSION, UNARY
+    from vfl_lightning.runtime.party_config import read_party_config
+    from vfl_lightning.runtime.party_program import PartyProgram
+
+    def refused(call, *args) -> str:
+        try:
+            call(*args)
+        except PartyRefusal as error:
+            return str(error)
+        raise AssertionError(f"{call} was not refused")
+
+    write_development_ca(root / "certs", 1)
+    manifest = export(overrides, root / "data")
+    config = write_party_config(
+        root / "party.yaml",
+        overrides,
+        party=0,
+        listen="127.0.0.1:0",
+        certs=root / "certs",
+        data=root / "data" / "party_0.npz",
+        state_dir=root / "state",
+        seeds=seeds,
+        policy=policy,
+    )
+    program = PartyProgram(read_party_config(config))
+    cfg = compose_config(root / "server", *overrides)
+    datamodule, module = build(cfg)
+    proposing = compose_config(root / "server", *overrides, "runtime=grpc")
+    proposing.runtime.party_seeds = seeds
+    proposal = make_proposal(proposing, module, datamodule, "0" * 32)[0]
+    program.propose({"proposal": proposal})
+    program.proposal = proposal
+    assert manifest.num_parties == module.num_parties
+    session = program.session
+    before = "it releases nothing before the PSI aligned its rows (Psi)"
+    assert refused(session.rows, "train", torch.arange(2)).endswith(before)  # every release's
+    if getattr(session, "strategy", None) != "fedvs":  # a coded client refuses every Send
+        send = {"idx": torch.arange(2), "stage": "train", "round": 0}
+        assert refused(session.send, send).endswith(before)
+    # the PSI of the label holder with this party (the server's code), through Psi calls of the
+    # session's runner: a call of the authenticated session stream, never a unary call
+    assert "Psi" in SESSION and "Psi" not in UNARY
+    assert "Psi" not in program.handlers().unary
+    program.split_ids = {s: datamodule.split_index[s] for s in ("train", "val", "test")}
+    sent = align(program)
+    # a replayed message of the finished alignment (a new ALIGN too) is refused, rows unchanged
+    aligned = {stage: x.clone() for stage, x in session.features.items()}
+    run = program.open_session(session.session)
+    for message in sent:
+        assert "its alignment is finished" in refused(run, "Psi", {"message": message})
+    assert all(torch.equal(aligned[s], session.features[s]) for s in aligned)
+    return program, session
+
+
+def align(program) -> list[bytes]:
+    """The label holder's PSI with ``program``'s current session (the server's code, through
+    ``Psi`` calls of the session's runner); the messages it sent."""
+    from vfl_lightning.data.alignment import align_with_parties
+
+    run, sent = program.open_session(program.session.session), []
+
+    def exchange(messages: list[bytes]) -> list[bytes]:
+        sent.append(messages[0])
+        return [run("Psi", {"message": messages[0]})["message"]]
+
+    report = align_with_parties(program.split_ids, exchange, 1)
+    assert report.aligned_rows == sum(len(rows) for rows in program.split_ids.values())
+    return sent

@@ -143,6 +143,25 @@ def test_server_with_bad_party_addresses_is_one_line(
     assert message in line
 
 
+def test_a_policy_on_the_server_command_is_one_line(make_cfg, capsys, monkeypatch, files):
+    """Each party program enforces the policy of its own file: the server's is refused, not
+    silently dropped."""
+    line = server_error(
+        make_cfg,
+        capsys,
+        monkeypatch,
+        "runtime.parties=[127.0.0.1:1,127.0.0.1:2]",
+        f"runtime.certs={files}/certs",
+        "policy.max_releases_per_row=3",
+    )
+    assert line == (
+        "error: policy.max_releases_per_row=3 cannot be set on the server under runtime=grpc: "
+        "each party program enforces the policy of its own configuration file; set "
+        "max_releases_per_row under policy: in each party's file (docs/deploy.md) and drop the "
+        "override"
+    )
+
+
 def test_server_with_a_certificate_of_another_ca_is_one_line(
     make_cfg, capsys, monkeypatch, files, tmp_path
 ):

@@ -34,8 +34,12 @@ def test_pbm_over_grpc_is_the_local_run_and_its_sockets_carry_the_ledger(tmp_pat
     # every party program holds its own rows: the PSI ran over the session streams, all 569 align
     assert remote["comm/psi_mb"] == local["comm/psi_mb"] > 0
     assert remote["data/aligned_rows"] == local["data/aligned_rows"] == 569
+    counted = [
+        f"privacy/party_{m}/{key}" for m in (0, 1) for key in ("feature_eps", "max_row_releases")
+    ]
+    assert set(counted) <= set(local) and remote["privacy/party_1/feature_eps"] > 0
     keys = ("comm/uplink_mb", "comm/downlink_mb", "comm/rounds", "time/simulated_s")
-    for key in (*keys, "val/acc", "test/acc"):
+    for key in (*keys, "val/acc", "test/acc", *counted):
         assert remote[key] == local[key], key
     assert "comm/socket_mb" not in local
     ratio = remote["comm/socket_mb"] / remote["comm/total_mb"]

@@ -31,12 +31,16 @@ def write_party_config(
     idle_timeout_s: float = 120.0,
     wait_s: float | None = None,
     once: bool = False,
+    policy: dict | None = None,
 ) -> Path:
     """Write party ``party``'s configuration to ``out``: the protocol, model, optimizer and
     mechanism that train.py's ``overrides`` choose, its own files (``certs``: a folder of
-    ``ca.pem`` and ``party_<m>.pem``/``.key``), and with ``seeds=derived`` the overrides' seed."""
+    ``ca.pem`` and ``party_<m>.pem``/``.key``), with ``seeds=derived`` the overrides' seed, and
+    its privacy policy: every setting of :class:`~vfl_lightning.algorithms.party_policy.
+    PartyPolicy`, the defaults (which cap nothing) where ``policy`` does not set one."""
     from omegaconf import OmegaConf
 
+    from vfl_lightning.algorithms.party_policy import PartyPolicy
     from vfl_lightning.data.export import compose_run_config
     from vfl_lightning.mechanisms.certificates import SERVER_NAME, party_files
     from vfl_lightning.runtime.party_config import check_address
@@ -70,6 +74,7 @@ def write_party_config(
         "wait_s": None if wait_s is None else float(wait_s),
         "threads": 1,
         "once": bool(once),
+        "policy": PartyPolicy(**(policy or {})).as_dict(),
     }
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

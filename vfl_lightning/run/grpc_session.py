@@ -16,7 +16,7 @@ from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.run.checks import check_ray_evaluation_release, check_ray_options, party_seeds
-from vfl_lightning.run.runtimes import LocalRuntime
+from vfl_lightning.run.runtimes import LocalRuntime, party_policy
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +85,28 @@ def check_grpc_runtime(cfg: DictConfig, algo: type) -> None:
             "to simulate slow clients)"
         )
     check_ray_evaluation_release(cfg.get("mechanism") or {}, cfg.algo.get("dp"))
+    check_no_server_policy(cfg)
     strategy = cfg.trainer.get("strategy")
     if strategy not in (None, "auto") or cfg.trainer.get("num_nodes", 1) != 1:
         raise ConfigError(
             "runtime=grpc runs one server process: use trainer.strategy=auto and "
             f"trainer.num_nodes=1 (got strategy {strategy!r})"
+        )
+
+
+def check_no_server_policy(cfg: DictConfig) -> None:
+    """Refuse a ``policy`` setting on the server's command: each party program enforces the
+    ``policy`` of its own configuration file, and none is sent to it."""
+    from vfl_lightning.algorithms.party_policy import PartyPolicy
+
+    policy, default = party_policy(cfg).as_dict(), PartyPolicy().as_dict()
+    changed = [key for key in default if policy[key] != default[key]]
+    if changed:
+        key = changed[0]
+        raise ConfigError(
+            f"policy.{key}={policy[key]!r} cannot be set on the server under runtime=grpc: each "
+            f"party program enforces the policy of its own configuration file; set {key} under "
+            "policy: in each party's file (docs/deploy.md) and drop the override"
         )
 
 

@@ -16,6 +16,7 @@ import queue
 
 import torch
 
+from vfl_lightning.algorithms.party_rules import release_rows
 from vfl_lightning.algorithms.zoo import ZooSettings
 from vfl_lightning.runtime.grpc_parties import GrpcParties, packed_rows
 from vfl_lightning.runtime.grpc_party import PartySession
@@ -47,14 +48,22 @@ class AsyncPartySession(PartySession):
     def initial_embeddings(self, fields: dict) -> dict:
         if self.initial_pass_done:
             raise self.refuse("it already sent its initial pass: it sends it once a run")
+        rows = release_rows(torch.arange(len(self.features["train"])))
+        self.own.guard.check_release("initial_embeddings", "train", None, rows, None)
         self.initial_pass_done = True
         self.own.model.train(True)
         chunk = max(1, int(fields["chunk"]))
-        return {"embedding": self.own.embedding(self.features["train"], chunk)}
+        embedding = self.own.embedding(self.features["train"], chunk)
+        self.own.guard.commit("initial_embeddings", "train", None, rows, None)
+        return {"embedding": embedding}
 
     def embed_rows(self, fields: dict) -> dict:
+        rows = release_rows(fields["idx"])
+        self.own.guard.check_release("embed_rows", "train", None, rows, None)
         self.own.model.train(True)
-        return {"embedding": self.own.embedding(self.rows("train", fields["idx"]))}
+        embedding = self.own.embedding(self.rows("train", fields["idx"]))
+        self.own.guard.commit("embed_rows", "train", None, rows, None)
+        return {"embedding": embedding}
 
     def client_message(self, fields: dict) -> dict:
         """(c, c_hat) for training rows ``idx``: a ZOO query in float64 (its directions from its
@@ -71,6 +80,8 @@ class AsyncPartySession(PartySession):
                 if relayed is not None
                 else "a ZOO query without the simulation's stream (seeds: derived)"
             )
+        rows = release_rows(fields["idx"])
+        self.own.guard.check_release("client_message", "train", None, rows, None)
         x = self.rows("train", fields["idx"])
         self.own.model.train(True)
         generator = None
@@ -81,16 +92,15 @@ class AsyncPartySession(PartySession):
                 generator = torch.Generator()
                 generator.set_state(relayed.to(torch.uint8))
         embedding, perturbed = self.own.client_message(x, self.zoo, generator)
+        self.own.guard.commit("client_message", "train", None, rows, None)
         stream = generator.get_state() if relayed is not None else None
         return {"embedding": embedding, "perturbed": perturbed, "stream": stream}
 
     def answer(self, fields: dict) -> dict:
-        answer = fields["answer"]
+        """Its update from the server's answer (its guard checks the losses or dL/dc)."""
         if self.own.h is None and self.own.query is None:
             raise self.refuse("an answer without a message it answers")
-        if not answer.is_floating_point() or not torch.isfinite(answer).all():
-            raise self.refuse("an answer with a non-float or non-finite value")
-        self.own.answer(answer)
+        self.own.answer(fields["answer"])
         return {}
 
     METHODS = PartySession.METHODS | {

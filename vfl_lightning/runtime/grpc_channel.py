@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from vfl_lightning.errors import ConfigError, PartyLost, RunFailure
+from vfl_lightning.errors import ConfigError, PartyLost, PartyRefusal, RunFailure
 from vfl_lightning.mechanisms.certificates import Credentials, party_name
 from vfl_lightning.runtime.grpc_schema import SESSION, UNARY
 from vfl_lightning.wire.frames import FrameError, Json, decode_frame, encode_frame
@@ -39,10 +39,6 @@ OPTIONS = [
     ("grpc.http2.bdp_probe", 0),
     ("grpc.so_reuseport", 0),
 ]
-
-
-class PartyRefusal(RunFailure):
-    """A party refused a call by one of its rules (the message names the party and the rule)."""
 
 
 class ProposalRefused(ConfigError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from hydra.utils import instantiate
 
+from vfl_lightning.algorithms.party_rules import ReleaseNoise, release_rows
 from vfl_lightning.mechanisms.fedvs import CODE_SETTINGS, FedVSCodec, data_bound
 from vfl_lightning.mechanisms.field import field_matmul
 from vfl_lightning.runtime.grpc_party import PartySession
@@ -37,12 +38,13 @@ class FedVSPartySession(PartySession):
     from its own configuration's protocol node (the proposal matched them)."""
 
     def __init__(self, config, credentials, data, proposal) -> None:
-        super().__init__(config, credentials, data, proposal)
         protocol = config.protocol
-        code = {key: protocol[key] for key in CODE_SETTINGS if key in protocol}
-        self.codec = FedVSCodec(len(proposal["party_shapes"]), **code)
         self.strategy = protocol.get("strategy", "fedvs")
         self.dp = None if protocol.get("dp") is None else instantiate(protocol["dp"])
+        super().__init__(config, credentials, data, proposal)
+        code = {key: protocol[key] for key in CODE_SETTINGS if key in protocol}
+        self.codec = FedVSCodec(len(proposal["party_shapes"]), **code)
+        self.eval_data_shared: set[str] = set()
         self.seal = ShareSeal(self.party)
         self.inbox: dict = {}
         self.data_shares: torch.Tensor | None = None
@@ -52,6 +54,10 @@ class FedVSPartySession(PartySession):
         self.eval_generator: torch.Generator | None = None
         self.plain: int | None = None
         self.own.project_weights(self.codec.weight_bound)
+
+    def release_noise(self) -> ReleaseNoise:
+        """FedVS codes its releases (never its own embedding); Wait-DP adds its noise."""
+        return ReleaseNoise(dp=self.dp, coded=self.strategy == "fedvs")
 
     def agree(self, fields: dict) -> dict:
         super().agree(fields)
@@ -113,6 +119,7 @@ class FedVSPartySession(PartySession):
         """Lines 14-17: its model quantized (stochastic rounding) and shared; the other clients'
         shares sealed for them."""
         weight, exchange = self.own.model.weight, fields["exchange"]
+        self.own.guard.step("share_model", "exchange", exchange)
         relayed = fields["stream"]
         if (relayed is not None) != (self.config.seeds == "derived"):
             raise self.refuse(
@@ -135,12 +142,17 @@ class FedVSPartySession(PartySession):
     def coded_embedding(self, fields: dict) -> dict:
         """Lines 21-24: the coded embedding (eq. 5) of the batch ``positions`` from every
         client's model share of the exchange."""
-        exchange = fields["exchange"]
+        exchange, guard = fields["exchange"], self.own.guard
         own = self.models.pop(exchange, None)
         if own is None or self.data_shares is None:
             raise self.refuse(f"a coded embedding of exchange {exchange} it holds no shares for")
+        guard.step("coded_embedding", "coded exchange", exchange)
+        positions = self.positions(fields["positions"], len(self.data_shares))
+        segment = len(self.data_shares)
+        coded_rows = torch.arange(self.codec.K)[:, None] * segment + positions
+        guard.coded_release("coded_embedding", "train", release_rows(coded_rows))
         model = self.gathered(own, "model", (exchange,), fields["shares"], 0).long()
-        rows = self.data_shares[self.positions(fields["positions"], len(self.data_shares))]
+        rows = self.data_shares[positions]
         coded = field_matmul(rows.long(), model, self.codec.prime)
         return {"coded": RingCodec(self.codec.element_bits).encode(coded)}
 
@@ -154,57 +166,70 @@ class FedVSPartySession(PartySession):
     def update(self, fields: dict) -> dict:
         """Lines 32-35: back-propagate (1/N) dL/dH through its plaintext embedding of rows
         ``idx``, step, project."""
+        self.own.guard.check_rows("update", "train", release_rows(fields["idx"]))
         x = self.rows("train", fields["idx"])
         self.own.model.train()
         self.own.keep(x, self.own.forward(x))
-        gradient = self.gradient(fields["gradient"])
+        gradient = self.gradient(fields["gradient"], "update")
         self.own.apply_gradient(gradient / self.codec.num_clients)
         self.own.project_weights(self.codec.weight_bound)
         return {}
 
     # ----------------------------------------------------------------- Wait / Ignore / Wait-DP
     def plain_embedding(self, fields: dict) -> dict:
-        if self.strategy == "fedvs":
-            raise self.refuse("a coded client never sends its plain embedding")
+        """A baseline's plain embedding of rows ``idx`` (Wait-DP: with its noise); a coded
+        client's guard refuses it; exchanges strictly increase."""
+        guard, rows = self.own.guard, release_rows(fields["idx"])
+        noise = None if self.dp is None else self.dp.noise_multiplier
+        guard.check_release("plain_embedding", "train", None, rows, noise)
+        guard.step("plain_embedding", "exchange", fields["exchange"])
         x = self.rows("train", fields["idx"])
         self.own.model.train()
         h = self.own.forward(x)
         if self.dp is not None:
             h = self.dp(h, self.own.generators.get("train"))
+        guard.commit("plain_embedding", "train", None, rows, noise)
         self.own.keep(x, h)
         self.plain = fields["exchange"]
         return {"embedding": h.detach()}
 
     def update_plain(self, fields: dict) -> dict:
+        used = fields["used"]
+        if not 1 <= used <= self.codec.num_clients:
+            raise self.refuse(f"the clients used are 1..{self.codec.num_clients}, got {used}")
         if self.plain != fields["exchange"]:
             raise self.refuse(
                 f"the gradient of exchange {fields['exchange']}, its last embedding was sent "
                 f"in exchange {self.plain}"
             )
         self.plain = None
-        gradient = self.gradient(fields["gradient"])
-        self.own.apply_gradient(gradient / max(1, fields["used"]))
+        gradient = self.gradient(fields["gradient"], "update_plain")
+        self.own.apply_gradient(gradient / used)
         self.own.project_weights(self.codec.weight_bound)
         return {}
 
     def send(self, fields: dict) -> dict:
         """A baseline's evaluation embedding (Wait-DP's with its noise when ``at_eval``); a coded
-        client sends none."""
-        if self.strategy == "fedvs":
-            raise self.refuse("a coded client never sends its plain embedding")
-        reply = super().send(fields)
-        if self.dp is None or not self.dp.at_eval:
-            return reply
-        embedding = self.dp(reply["message"][1], self.own.generators.get(fields["stage"]))
-        return {"message": self.encoded(embedding)}
+        client's guard refuses it."""
+        stage, idx = fields["stage"], fields["idx"]
+        dp = self.dp if self.dp is not None and (stage == "train" or self.dp.at_eval) else None
+        noise = None if dp is None else dp.noise_multiplier
+        out, commit = self.release("send", idx, stage, fields["round"], noise)
+        if dp is not None:
+            out = dp(out, self.own.generators.get(stage))
+        commit()
+        return {"message": self.encoded(out)}
 
     # ----------------------------------------------------------------- coded evaluation
     def share_eval_data(self, fields: dict) -> dict:
         """Its power features of split ``stage``, zero-padded to K segments of S rows, shared;
         returns S and max |x| of the split (the server's overflow check and row map)."""
         stage = fields["stage"]
-        if stage not in ("val", "test"):
-            raise self.refuse(f"coded evaluation shares the val or test split, not {stage!r}")
+        if stage in self.eval_data_shared or stage not in ("val", "test"):
+            raise self.own.guard.refusal(
+                "share_eval_data", f"it shares the data of an evaluation split once, got {stage!r}"
+            )
+        self.eval_data_shared.add(stage)
         x = self.features[stage]
         segment = -(-x.shape[0] // self.codec.K)
         padded = x.new_zeros((self.codec.K * segment, *x.shape[1:]))
@@ -231,6 +256,7 @@ class FedVSPartySession(PartySession):
         """The current model shared for evaluation ``exchange`` of ``stage`` (masks and rounding
         from the stage's stream, never the training stream)."""
         stage, exchange = fields["stage"], fields["exchange"]
+        self.own.guard.step("share_eval_model", f"{stage} evaluation exchange", exchange)
         shares = self.codec.client_model_shares(
             self.own.model.weight, generator=self.own.generators.get(stage)
         ).cpu()
@@ -239,7 +265,16 @@ class FedVSPartySession(PartySession):
         return {"shares": sealed_list(self.seal, "eval_model", head, shares)}
 
     def coded_eval_embedding(self, fields: dict) -> dict:
-        stage, exchange = fields["stage"], fields["exchange"]
+        """Eq. 5 on the evaluation shares at the stage's current exchange only; its budget counts
+        the rows whose sum it codes."""
+        stage, exchange, guard = fields["stage"], fields["exchange"], self.own.guard
+        counter = f"{stage} evaluation exchange"
+        if exchange != guard.counters.get(counter) or stage not in self.eval_shares:
+            raise guard.refusal(
+                "coded_eval_embedding",
+                f"it codes only its shared {stage} data at its current exchange "
+                f"{guard.counters.get(counter)}, got {exchange}",
+            )
         cached = self.eval_models.get(stage)
         if cached is None or cached[0] != exchange:
             own = self.models.pop((stage, exchange), None)
@@ -248,10 +283,12 @@ class FedVSPartySession(PartySession):
             head = (stage, exchange)
             model = self.gathered(own, "eval_model", head, fields["shares"], 0).long()
             self.eval_models[stage] = cached = (exchange, model)
-        shares = self.eval_shares.get(stage)
-        if shares is None:
-            raise self.refuse(f"an evaluation embedding of {stage} before its data shares")
-        rows = shares[self.positions(fields["positions"], len(shares))].long()
+        shares = self.eval_shares[stage]
+        positions = self.positions(fields["positions"], len(shares))
+        coded_rows = (torch.arange(self.codec.K)[:, None] * len(shares) + positions).reshape(-1)
+        coded_rows = coded_rows[coded_rows < len(self.features[stage])]
+        guard.coded_release("coded_eval_embedding", stage, release_rows(coded_rows))
+        rows = shares[positions].long()
         coded = field_matmul(rows, cached[1], self.codec.prime)
         return {"coded": RingCodec(self.codec.element_bits).encode(coded)}
 

@@ -249,6 +249,11 @@ class GrpcParties(Parties):
     def party_digests(self):
         return [reply["digest"] for reply in self.call_all("Digest", {})]
 
+    def privacy_spent(self):
+        """What each party counted of its own releases, as it reports it."""
+        replies = self.call_all("PrivacySpent", {})
+        return [{key: value for key, value in reply["spent"]} for reply in replies]
+
     def state_dict(self):
         """Every party saves its own state for this round in its own state directory; the
         server's checkpoint keeps the run key and the round only."""

@@ -1,7 +1,9 @@
 """One run of a party program under ``runtime=grpc`` (:class:`PartySession`): built from the
 party's own configuration once it accepted the server's proposal, it wraps one
 :class:`~vfl_lightning.algorithms.party.Party` (the class every runtime's parties are) and
-answers the calls of its protocol family. Keys: a fresh X25519 key per run, signed with the
+answers the calls of its protocol family, each through the party's
+:class:`~vfl_lightning.algorithms.party_rules.PartyGuard` (its protocol's rules and its own
+policy's budget, as every runtime's parties). Keys: a fresh X25519 key per run, signed with the
 party's certificate key; the peers' keys are verified against the party's own CA and the names
 ``party-<m>`` before any pair seed is derived. Data: the rows of the party's own file, with
 their ids, in its own order; the PSI (``Psi``: bytes in, bytes out, the party's scalar and ids
@@ -17,8 +19,16 @@ import torch
 
 from vfl_lightning.algorithms.parties import PartyGenerators, private_seed
 from vfl_lightning.algorithms.party import Party
+from vfl_lightning.algorithms.party_budget import PartyBudget
 from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.algorithms.party_rules import (
+    PartyGuard,
+    ReleaseNoise,
+    mechanism_noise,
+    release_rows,
+)
 from vfl_lightning.data.psi import PsiError, PsiParty
+from vfl_lightning.errors import PartyRefusal
 from vfl_lightning.mechanisms.certificates import (
     CertifiedKey,
     Credentials,
@@ -27,13 +37,19 @@ from vfl_lightning.mechanisms.certificates import (
     certify_key,
 )
 from vfl_lightning.mechanisms.keys import fresh_private_key, pair_channel_key, public_bytes
-from vfl_lightning.runtime.grpc_channel import PartyRefusal
 from vfl_lightning.runtime.party_config import PartyConfig
-from vfl_lightning.runtime.party_state import check_run_key, load_party_state, save_party_state
+from vfl_lightning.runtime.party_state import (
+    check_run_key,
+    latest_saved_round,
+    load_party_state,
+    party_state_path,
+    save_party_state,
+)
 from vfl_lightning.wire.codecs import Codec, decode_form
 from vfl_lightning.wire.frames import FrameError
 
 SPLITS = ("train", "val", "test")
+BEFORE_ALIGNMENT = "it releases nothing before the PSI aligned its rows (Psi)"
 DOWNLINK_FORMS = ("dense", "topk")
 """The gradient forms a party decodes (the downlink codecs: float32, or top-k entries)."""
 
@@ -94,7 +110,12 @@ class PartySession:
         if self.mechanism.uses_pair_masks:
             self.mechanism.set_pair_seeds({})
         generators = PartyGenerators(config.seed or 0, self.party, party_seeds=config.seeds)
-        self.own = Party(self.party, model, generators, optimizer)
+        budget = PartyBudget(
+            self.party, config.policy, self.mechanism, embedding_dim=model.embedding_dim
+        )
+        sizes = {stage: 0 for stage in SPLITS}  # none before the PSI aligned its rows
+        guard = PartyGuard(self.party, self.release_noise(), budget, split_sizes=sizes)
+        self.own = Party(self.party, model, generators, optimizer, guard)
         if not derived:
             torch.manual_seed(private_seed())
         self.width = int(model.embedding_dim)
@@ -110,8 +131,13 @@ class PartySession:
         """Its columns of every split, once the PSI aligned them: before, every call that reads
         them is refused."""
         if self.aligned_features is None:
-            raise self.refuse("it releases nothing before the PSI aligned its rows (Psi)")
+            raise self.refuse(BEFORE_ALIGNMENT)
         return self.aligned_features
+
+    def release_noise(self) -> ReleaseNoise:
+        """What its protocol adds to its releases (its guard refuses a release without it):
+        its mechanism's noise."""
+        return ReleaseNoise(self.mechanism)
 
     # ----------------------------------------------------------------- key agreement
     def publish_key(self, fields: dict) -> dict:
@@ -161,7 +187,8 @@ class PartySession:
         """The reply to the label holder's next PSI message; a message out of order, replayed,
         of another session or crafted (rows outside the intersection it computed, invalid group
         elements) is refused, one line. Once aligned, the rows the PSI chose, in the agreed
-        order, are this party's columns of every split."""
+        order, are this party's columns of every split, and its guard admits releases of
+        exactly those rows."""
         try:
             reply = self.alignment.respond(fields["message"])
         except PsiError as error:
@@ -171,6 +198,9 @@ class PartySession:
             self.aligned_features = {
                 stage: features[torch.from_numpy(rows)]
                 for stage, rows in self.alignment.rows.items()
+            }
+            self.own.guard.split_sizes = {
+                stage: len(rows) for stage, rows in self.alignment.rows.items()
             }
             self.table = None
         return {"message": reply}
@@ -194,65 +224,110 @@ class PartySession:
 
     def send(self, fields: dict) -> dict:
         """This party's release of rows ``idx`` of the stage, encoded by its mechanism at release
-        ``round``; a noisy mechanism's party never sends its clean embedding (``round`` None)."""
-        stage, round = fields["stage"], fields["round"]
-        if round is None and self.mechanism.noisy:
-            raise self.refuse(
-                f"it releases only through its {type(self.mechanism).__name__} mechanism: a "
-                "release round is required, it sends no clean embedding"
-            )
-        x = self.rows(stage, fields["idx"])
+        ``round``, as its guard allows (``round`` None, the plain embedding, only where its
+        protocol adds no noise at that stage; rounds strictly increase per stream)."""
+        stage, round, idx = fields["stage"], fields["round"], fields["idx"]
+        noise = None if round is None else mechanism_noise(self.mechanism)
+        out, commit = self.release("send", idx, stage, round, noise)
+        if round is not None:
+            generator = self.own.generators.get(stage)
+            out = self.mechanism.encode_party(self.party, out, generator=generator, round=round)
+        commit()
+        return {"message": self.encoded(out)}
+
+    def release(self, call: str, idx, stage: str, round, noise):
+        """(its embedding of rows ``idx`` of ``stage``, what records the release): its guard
+        checks the release first; a training forward is kept for its update once recorded (the
+        same steps as a Ray actor's release)."""
+        rows = release_rows(idx)
+        if stage not in SPLITS:
+            raise self.refuse(f"it embeds rows of {SPLITS}, not {stage!r}")
+        if self.aligned_features is None:
+            raise self.refuse(BEFORE_ALIGNMENT)
+        self.own.guard.check_release(call, stage, round, rows, noise)
+        x = self.rows(stage, idx)
         training = stage == "train"
         self.own.model.train(training)
         if training:
             h = self.own.forward(x)
-            self.own.keep(x, h)
-            out = self.own.training_release(fields["idx"], h.detach())
+            out = self.own.training_release(idx, h.detach())
         else:
             out = self.own.embedding(x)
-        if round is not None:
-            generator = self.own.generators.get(stage)
-            out = self.mechanism.encode_party(self.party, out, generator=generator, round=round)
-        return {"message": self.encoded(out)}
 
-    def gradient(self, form, rows: int | None = None) -> torch.Tensor:
-        """A received gradient decoded in this process, of the kept message's shape."""
+        def commit() -> None:
+            self.own.guard.commit(call, stage, round, rows, noise)
+            if training:
+                self.own.keep(x, h)
+
+        return out, commit
+
+    def gradient(self, form, call: str = "apply_gradient") -> torch.Tensor:
+        """A received gradient decoded in this process: the kept message's shape (a top-k form
+        of another shape is refused before it is expanded), floating point; its guard checks
+        the rest where it is applied."""
+        guard = self.own.guard
+        if self.own.x is None:
+            raise guard.refusal(call, "it has no training release awaiting a gradient")
+        expected = (len(self.own.x), self.width)
+        declared = form[1] if isinstance(form, list) and form[:1] == ["topk"] else None
         try:
+            if declared is not None and declared != list(expected):
+                raise FrameError(f"a topk gradient of shape {declared}")
             gradient = decode_form(form, DOWNLINK_FORMS)
         except FrameError as error:
-            raise self.refuse(f"a malformed gradient: {error}") from None
-        if self.own.x is None:
-            raise self.refuse("a gradient without a training message it answers")
-        expected = (len(self.own.x), self.width) if rows is None else (rows, self.width)
+            raise guard.refusal(
+                call, f"a malformed gradient for its embedding of shape {expected}: {error}"
+            ) from None
         if tuple(gradient.shape) != expected or not gradient.is_floating_point():
-            raise self.refuse(
-                f"a gradient of shape {tuple(gradient.shape)} for its message of shape {expected}"
+            raise guard.refusal(
+                call,
+                f"a received gradient must match its embedding ({expected}, floating point), "
+                f"got ({tuple(gradient.shape)}, {gradient.dtype})",
             )
-        if not torch.isfinite(gradient).all():
-            raise self.refuse("a gradient with a non-finite value")
-        return gradient.to(next(self.own.model.parameters()).dtype)
+        return gradient
 
     def restart_stream(self, fields: dict) -> dict:
+        """A new evaluation of ``stage`` from release ``release``: its guard refuses one at or
+        below the stream's last round (no evaluation noise is replayed)."""
+        self.own.guard.restart(fields["stage"], fields["release"])
         self.own.generators.restart(fields["stage"], fields["release"])
         return {}
 
     def digest(self, fields: dict) -> dict:
         return {"digest": self.own.digest()}
 
+    def privacy_spent(self, fields: dict) -> dict:
+        """What it counted of its own releases (its feature ε at its policy's δ, its
+        most-released rows): numbers, no row."""
+        return {"spent": [[key, value] for key, value in self.own.guard.budget.spent().items()]}
+
     def save_state(self, fields: dict) -> dict:
+        """Its state (model, optimizer, generators, guard) for the server checkpoint of
+        ``round``, its current round only, in its own state directory."""
+        self.own.guard.check_save(fields["round"])
         save_party_state(
             self.config.state_dir, self.party, self.run, fields["round"], self.own.state_dict()
         )
         return {}
 
     def load_state(self, fields: dict) -> dict:
+        """Resume from the state it saved in its own directory for ``round`` of run ``run``:
+        before its first release, and only the newest round it saved for that run."""
+        self.own.guard.check_load()
+        root = self.config.state_dir
         try:
             run = check_run_key(fields["run"])
-            state, problem = load_party_state(
-                self.config.state_dir, self.party, run, fields["round"]
-            )
+            latest = latest_saved_round(root, self.party, run)
+            path = party_state_path(root, self.party, run, fields["round"])
         except ValueError as error:
             return {"problem": f"party {self.party} refuses to resume: {error}"}
+        if latest is not None and path.is_file() and int(fields["round"]) != latest:
+            raise self.own.guard.refusal(
+                "load_state",
+                f"it resumes only from the newest state it saved for run {run}, round {latest}, "
+                f"not round {fields['round']}",
+            )
+        state, problem = load_party_state(root, self.party, run, fields["round"])
         if state is not None:
             self.own.load_state_dict(state)
             self.run = run
@@ -287,6 +362,7 @@ class PartySession:
         "Send": "send",
         "RestartStream": "restart_stream",
         "Digest": "digest",
+        "PrivacySpent": "privacy_spent",
         "SaveState": "save_state",
         "LoadState": "load_state",
         "ApplyGradient": "apply_gradient",

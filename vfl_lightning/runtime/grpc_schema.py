@@ -27,6 +27,7 @@ SESSION: dict[str, tuple[dict[str, str], dict[str, str] | None]] = {
     "Send": ({"idx": "tensor", "stage": "str", "round": "int?"}, {"message": "list"}),
     "RestartStream": ({"stage": "str", "release": "int"}, None),
     "Digest": ({}, {"digest": "str"}),
+    "PrivacySpent": ({}, {"spent": "list"}),
     "SaveState": ({"round": "int"}, {}),
     "LoadState": ({"run": "str", "round": "int"}, {"problem": "str"}),
     # ------------------------------------------------------------------ the synchronous family

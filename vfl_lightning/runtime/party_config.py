@@ -1,8 +1,10 @@
 """A party's own configuration under ``runtime=grpc``: one YAML file its operator writes (or makes
 with ``python -m vfl_lightning.party init``), read only by the party program. It names the party's
 index, where it listens, its TLS files and the server it accepts, its data file (its columns and
-sample ids), its state directory, where its seeds come from, and the protocol, model, optimizer
-and mechanism it agreed to run. Nothing in it comes from the server."""
+sample ids), its state directory, where its seeds come from, the protocol, model, optimizer and
+mechanism it agreed to run, and its privacy ``policy`` (the settings of
+:class:`~vfl_lightning.algorithms.party_policy.PartyPolicy`). Nothing in it comes from the
+server."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vfl_lightning.algorithms.parties import PARTY_SEEDS
+from vfl_lightning.algorithms.party_policy import PartyPolicy
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.mechanisms.certificates import SERVER_NAME
 
@@ -33,6 +36,7 @@ OPTIONAL = {
     "wait_s": None,
     "threads": 1,
     "once": False,
+    "policy": None,
 }
 TLS_KEYS = ("ca", "cert", "key")
 
@@ -61,6 +65,7 @@ class PartyConfig:
     wait_s: float | None
     threads: int
     once: bool
+    policy: PartyPolicy
 
     def refuse(self, key: str, value, fix: str) -> ConfigError:
         return ConfigError(f"{self.path}: {key}={value!r} {fix}")
@@ -147,6 +152,15 @@ def read_party_config(path: str | Path) -> PartyConfig:
         raise ConfigError(f"{where}once={values['once']!r} must be true or false")
     if not isinstance(values["server_name"], str) or not values["server_name"]:
         raise ConfigError(f"{where}server_name={values['server_name']!r} must be a name")
+    policy = values["policy"] or {}
+    if not isinstance(policy, dict):
+        raise ConfigError(f"{where}policy={policy!r} must be a mapping of policy settings or null")
+    known = set(PartyPolicy.__dataclass_fields__) - {"source"}
+    unknown = sorted(str(key) for key in set(policy) - known)
+    if unknown:
+        raise ConfigError(
+            f"{where}policy has unknown setting(s) {unknown}; allowed: {sorted(known)}"
+        )
     state_dir = values["state_dir"]
     if not isinstance(state_dir, str) or not state_dir:
         raise ConfigError(f"{where}state_dir={state_dir!r} must be a directory path")
@@ -170,4 +184,5 @@ def read_party_config(path: str | Path) -> PartyConfig:
         wait_s=_number(values["wait_s"], "wait_s", where, low=0, null=True),
         threads=threads,
         once=values["once"],
+        policy=PartyPolicy(**policy, source=f"{path} policy"),
     )
