@@ -162,6 +162,27 @@ def test_a_policy_on_the_server_command_is_one_line(make_cfg, capsys, monkeypatc
     )
 
 
+def test_a_message_canary_audit_is_one_line(make_cfg, capsys, monkeypatch, files):
+    """Message canaries go into a party's releases; a party program takes no setting from the
+    server, so the audit is refused before anything is built (audit=canary_label runs:
+    tests/test_grpc_runtime.py)."""
+    line = server_error(
+        make_cfg,
+        capsys,
+        monkeypatch,
+        "runtime.parties=[127.0.0.1:1,127.0.0.1:2]",
+        f"runtime.certs={files}/certs",
+        "algo=ldp",
+        "audit=canary_message",
+        "audit.canary_message.count=20",
+    )
+    assert line.startswith(
+        "error: audit=canary_message (data.canaries.canary_message.level=message) cannot run "
+        "under runtime=grpc: message canaries go into a party's own releases"
+    )
+    assert line.endswith("audit runtime=local or runtime=ray")
+
+
 def test_server_with_a_certificate_of_another_ca_is_one_line(
     make_cfg, capsys, monkeypatch, files, tmp_path
 ):
