@@ -23,6 +23,7 @@ from vfl_lightning.algorithms.party_budget import PartyBudget  # noqa: E402
 from vfl_lightning.algorithms.party_policy import PartyPolicy  # noqa: E402
 from vfl_lightning.errors import ConfigError, PartyRefusal  # noqa: E402
 from vfl_lightning.mechanisms.base import release_round  # noqa: E402
+from vfl_lightning.runtime.grpc_channel import ProposalRefused  # noqa: E402
 from vfl_lightning.train import train  # noqa: E402
 
 LDP = ["algo=ldp", "data=breast_cancer", "data.num_parties=2"]
@@ -147,19 +148,27 @@ def test_the_party_budget_of_its_own_file_refuses_past_it_and_counts_what_it_rel
     _, capped = session_of(tmp_path / "eps", LDP, policy={"max_feature_eps": cap})
     capped.send(send("train", 0))
     refused(capped.send, send("train", 1), f"max_feature_eps={cap} at δ = 1e-05, which allows 1")
-    _, plain = session_of(tmp_path / "clean", ["algo=npq", *LDP[1:]], policy={"allow_clean": False})
-    refused(plain.send, send("train", 0), "allow_clean=False")
+    # a policy that refuses the protocol's first release refuses the proposal, in one line
+    for policy, rule in [
+        ({"allow_clean": False}, "it releases nothing without noise under its "),
+        ({"max_feature_eps": budget.epsilon(1) / 2}, "which allows 0 release(s) of a row"),
+    ]:
+        with pytest.raises(ProposalRefused) as error:
+            overrides = ["algo=npq", *LDP[1:]] if "allow_clean" in policy else LDP
+            session_of(tmp_path / str(len(rule)), overrides, policy=policy)
+        line = str(error.value)
+        assert line.startswith("party 0 refused the proposal: ") and rule in line, line
 
 
 def test_a_bad_policy_in_the_party_file_is_one_line(tmp_path):
     from vfl_lightning.runtime.party_config import read_party_config
 
-    session_of(tmp_path, LDP, policy={"max_feature_eps": 5.0})
+    session_of(tmp_path, LDP, policy={"max_feature_eps": 1000.0})
     path = tmp_path / "party.yaml"
     text = path.read_text()
     for old, new, message in [
-        ("max_feature_eps: 5.0", "max_feature_eps: -1.0", "policy: max_feature_eps must be a"),
-        ("max_feature_eps: 5.0", "max_epsilon: 5", r"policy has unknown setting\(s\) \['max_e"),
+        ("max_feature_eps: 1000.0", "max_feature_eps: -1.0", "policy: max_feature_eps must be a"),
+        ("max_feature_eps: 1000.0", "max_epsilon: 5", r"policy has unknown setting\(s\) \['max_e"),
         ("large_gradient: refuse", "large_gradient: ignore", "policy: large_gradient must be one"),
     ]:
         assert old in text

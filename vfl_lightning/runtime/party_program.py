@@ -78,6 +78,18 @@ def session_class(protocol: dict) -> tuple[type[PartySession], tuple[str, ...]]:
     return grpc_sessions.SESSIONS[family], settings
 
 
+def check_policy(session: PartySession) -> None:
+    """Refuse a proposal whose training releases the party's own policy refuses from the first
+    (a protocol without noise under ``allow_clean: false``, noise below ``min_noise``, an ε cap
+    one release would pass): one line, before the run starts, rather than at its first batch."""
+    guard = session.own.guard
+    noise = None if guard.noise.coded else guard.noise.at("train")
+    try:
+        guard.budget.check("the proposal", "train", None, noise)
+    except PartyRefusal as error:
+        raise ProposalRefused(str(error)) from None
+
+
 class PartyProgram:
     """Party ``config.party``'s service: the TLS material and data it read, the current session
     and the order of its calls."""
@@ -123,6 +135,7 @@ class PartyProgram:
                 f"{widths[party] if party < len(widths) else None!r} in the proposal, "
                 f"{session.width} from its model ({self.config.path})"
             )
+        check_policy(session)
         self.session = session
         print(f"party {party} accepted the proposal (run {session.run})", flush=True)
         return {"session": session.session, "party": party, "width": session.width}
