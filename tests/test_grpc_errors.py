@@ -162,10 +162,25 @@ def test_a_policy_on_the_server_command_is_one_line(make_cfg, capsys, monkeypatc
     )
 
 
-def test_a_message_canary_audit_is_one_line(make_cfg, capsys, monkeypatch, files):
-    """Message canaries go into a party's releases; a party program takes no setting from the
-    server, so the audit is refused before anything is built (audit=canary_label runs:
-    tests/test_grpc_runtime.py)."""
+@pytest.mark.parametrize(
+    ("audit", "message"),
+    [
+        (
+            "canary_message",
+            "(data.canaries.canary_message.level=message) cannot run under runtime=grpc: message "
+            "canaries go into a party's own releases",
+        ),
+        (
+            "canary_label",
+            "(data.canaries.canary_label.level=label) cannot run under runtime=grpc: its "
+            "canaries are written into the built-in dataset's training rows",
+        ),
+    ],
+)
+def test_a_canary_audit_is_one_line(make_cfg, capsys, monkeypatch, files, audit, message):
+    """Message canaries go into a party's releases, and a party program takes no setting from
+    the server; label (and feature) canaries go into the built-in data, while a gRPC run aligns
+    the party programs' own rows by the PSI: both refused before anything is built."""
     line = server_error(
         make_cfg,
         capsys,
@@ -173,13 +188,10 @@ def test_a_message_canary_audit_is_one_line(make_cfg, capsys, monkeypatch, files
         "runtime.parties=[127.0.0.1:1,127.0.0.1:2]",
         f"runtime.certs={files}/certs",
         "algo=ldp",
-        "audit=canary_message",
-        "audit.canary_message.count=20",
+        f"audit={audit}",
+        f"audit.{audit}.count=20",
     )
-    assert line.startswith(
-        "error: audit=canary_message (data.canaries.canary_message.level=message) cannot run "
-        "under runtime=grpc: message canaries go into a party's own releases"
-    )
+    assert line.startswith(f"error: audit={audit} {message}"), line
     assert line.endswith("audit runtime=local or runtime=ray")
 
 

@@ -87,13 +87,19 @@ def check_grpc_runtime(cfg: DictConfig, algo: type) -> None:
     check_ray_evaluation_release(cfg.get("mechanism") or {}, cfg.algo.get("dp"))
     check_no_server_policy(cfg)
     for name, spec in ((cfg.get("data") or {}).get("canaries") or {}).items():
-        if (spec or {}).get("level") == "message":
+        level = (spec or {}).get("level", "feature")
+        if level == "message":
             raise ConfigError(
                 f"audit={name} (data.canaries.{name}.level=message) cannot run under "
                 "runtime=grpc: message canaries go into a party's own releases, and a party "
                 "program takes neither their rows nor their coins from the server; audit "
                 "runtime=local or runtime=ray"
             )
+        raise ConfigError(
+            f"audit={name} (data.canaries.{name}.level={level}) cannot run under runtime=grpc: "
+            "its canaries are written into the built-in dataset's training rows, and a gRPC run "
+            "aligns the party programs' own rows by the PSI; audit runtime=local or runtime=ray"
+        )
     strategy = cfg.trainer.get("strategy")
     if strategy not in (None, "auto") or cfg.trainer.get("num_nodes", 1) != 1:
         raise ConfigError(
