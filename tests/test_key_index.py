@@ -106,6 +106,16 @@ def test_locate_names_the_missing_part():
         ),
         (["algo._target_=json.JSONDecoder"], r"^algo._target_=json.JSONDecoder is a class, not a "),
         (
+            ["data.loader=nope"],
+            r"^data.loader must be null \(the built-in dataset data.name\), one of \('breast_cancer'"
+            r".*\) or a loader's dotted path package.module.function, got 'nope'$",
+        ),
+        (
+            ["data.name=mnsit"],
+            r"^data.name=mnsit is not a built-in dataset \(with data.loader=null the name chooses "
+            r"the loader\): did you mean data=mnist\? choose one with data=NAME \(breast_cancer, ",
+        ),
+        (
             ["algo._target_=os.nope"],
             r"^algo._target_=os.nope cannot be imported \(module 'os' has no attribute 'nope'\)",
         ),
@@ -139,6 +149,16 @@ def test_a_target_in_a_running_script_passes_the_early_check(make_cfg, monkeypat
     check_early(make_cfg("+callbacks.counter._target_=__main__.make_counter"))
     with pytest.raises(ConfigError, match="no module named 'nonexistent'"):
         check_early(make_cfg("+callbacks.counter._target_=nonexistent.make_counter"))
+
+
+def test_a_dataset_of_the_library_or_a_dotted_loader_passes_the_early_check(make_cfg):
+    for overrides in (
+        ["data.loader=mnist_small"],
+        ["data.loader=plugins.blobs.load_blobs", "data.name=blobs"],
+        ["data.name=plugins.blobs.load_blobs"],
+        ["data=party_files", "data.dir=/tmp"],
+    ):
+        check_early(make_cfg(*overrides))
 
 
 def test_every_experiment_passes_the_early_check(make_cfg):

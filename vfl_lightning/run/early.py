@@ -12,8 +12,9 @@ import sys
 from omegaconf import DictConfig
 
 from vfl_lightning.errors import ConfigError
-from vfl_lightning.run.key_index import NOT_INDEXED, indexed_parameters, locate
+from vfl_lightning.run.key_index import NOT_INDEXED, choices, indexed_parameters, locate
 from vfl_lightning.run.schema import check_schema
+from vfl_lightning.run.schema_rules import choice_or_dotted
 
 EVALUATION_METRICS = ("acc", "acc_clean", "auroc", "auprc", "loss")
 """What every validation and test logs under ``val/`` and ``test/``: ``loss`` and ``acc``;
@@ -24,6 +25,7 @@ def check_early(cfg: DictConfig) -> None:
     """Every check of this module, in the order a user would fix them."""
     check_run_config(cfg)
     check_schema(cfg, imports=False)
+    check_dataset_name(cfg)
     check_metric_names(cfg)
     check_target_packages(cfg)
 
@@ -41,6 +43,23 @@ def check_run_config(cfg: DictConfig) -> None:
     speedups = cfg.get("lightning_speedups", True)
     if not isinstance(speedups, bool):
         raise ConfigError(f"lightning_speedups must be true or false, got {speedups!r}")
+
+
+def check_dataset_name(cfg: DictConfig) -> None:
+    """Without ``data.loader``, ``data.name`` chooses the loader: a built-in dataset's name (from
+    the key index) or a loader's dotted path."""
+    data = cfg.get("data") or {}
+    if data.get("_target_") != "vfl_lightning.data.VerticalDataModule" or data.get("loader"):
+        return
+    name = data.get("name")
+    if not choice_or_dotted(*choices("datasets"))[0](name):
+        close = difflib.get_close_matches(str(name), choices("datasets"), n=1)
+        fix = f"did you mean data={close[0]}? " if close else ""
+        raise ConfigError(
+            f"data.name={name} is not a built-in dataset (with data.loader=null the name chooses "
+            f"the loader): {fix}choose one with data=NAME ({', '.join(choices('datasets'))}), "
+            "or set data.loader to your loader's dotted path package.module.function"
+        )
 
 
 def check_metric_names(cfg: DictConfig) -> None:

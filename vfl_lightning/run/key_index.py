@@ -3,7 +3,7 @@ value checks need, kept in ``key_index.json`` so the early configuration check r
 importing those classes (nor torch, nor Lightning).
 
 The file is generated from the code. After adding a config key (a parameter of a class a config
-names, a new ``_target_`` in conf/, a partition or an activation), run::
+names, a new ``_target_`` in conf/, a partition, an activation or a dataset loader), run::
 
     python -m vfl_lightning.run.key_index
 
@@ -46,7 +46,7 @@ def indexed_parameters(target: str):
 
 
 def choices(name: str) -> tuple[str, ...]:
-    """The options of ``name`` (``partitions``, ``activations``), from the index."""
+    """The options of ``name`` (``partitions``, ``activations``, ``datasets``), from the index."""
     return tuple(load()["choices"][name])
 
 
@@ -136,6 +136,7 @@ def config_targets(folders: list[Path]) -> set[str]:
 
 def build(folders: list[Path] | None = None) -> dict:
     """The index as the code gives it now (imports every indexed class)."""
+    from vfl_lightning.data.datasets import LOADERS
     from vfl_lightning.data.partition import PARTITIONS
     from vfl_lightning.models.encoders import ACTIVATIONS
 
@@ -146,7 +147,11 @@ def build(folders: list[Path] | None = None) -> dict:
     return {
         "command": COMMAND,
         "targets": targets,
-        "choices": {"partitions": sorted(PARTITIONS), "activations": sorted(ACTIVATIONS)},
+        "choices": {
+            "partitions": sorted(PARTITIONS),
+            "activations": sorted(ACTIVATIONS),
+            "datasets": sorted(LOADERS),
+        },
     }
 
 

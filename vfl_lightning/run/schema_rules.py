@@ -123,8 +123,9 @@ RANGES: dict[str, tuple[Callable, str]] = {
     "data.overlap": number(0, 1, low_open=True),
     "data.psi": choice("auto", "always"),
     "data.loader": (
-        lambda v: v is None or (isinstance(v, str) and bool(v)),
-        "null (the built-in dataset data.name) or a loader's dotted path package.module.function",
+        lambda v: v is None or choice_or_dotted(*choices("datasets"))[0](v),
+        f"null (the built-in dataset data.name), one of {choices('datasets')} or a loader's "
+        "dotted path package.module.function",
     ),
     "data.partition": choice_or_dotted(*choices("partitions")),
     "party.embedding_dim": integer(1),
