@@ -44,7 +44,6 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 from conftest import compose_config  # noqa: E402
 
-from vfl_lightning.data import datasets  # noqa: E402
 from vfl_lightning.data.raw import RawDataset  # noqa: E402
 from vfl_lightning.train import train  # noqa: E402
 
@@ -176,13 +175,13 @@ def random_images(data_dir=None, n_samples: int = 1000) -> RawDataset:
 def steps_per_second(device: str, steps: int, batch: int, work: Path) -> float:
     """PBM-VFL with four ResNet-18 parties on the quadrants of 32 x 32 images, ``batch`` rows a
     step: training steps/s, timed after one warm-up step (the device synchronized at both ends)."""
-    datasets.LOADERS[RANDOM_IMAGES] = random_images
     timer = StepTimer(device)
     cfg = compose_config(
         work,
         "algo=pbm",
         "data=cifar10",
         f"data.name={RANDOM_IMAGES}",
+        "data.loader=gpu_check.random_images",
         "party=resnet18",
         f"data.batch_size={batch}",
         *COMMON,

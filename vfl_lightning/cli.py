@@ -53,6 +53,19 @@ def keep_run_log_records_off_the_console() -> None:
             handler.addFilter(RUN_LOG_ONLY_FILTER)
 
 
+def lightning_logs_to_stderr() -> None:
+    """Lightning's own INFO lines (devices, why fit stopped, a DDP rank starting) go to stderr
+    once, through their own handler, and stay out of the run's log (``train.log``, and each DDP
+    process's own log). Lightning arranges this itself when it is imported before logging is
+    configured; here it is imported after Hydra configured logging (after the early check)."""
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        if not any(type(handler) is logging.StreamHandler for handler in logger.handlers):
+            logger.addHandler(logging.StreamHandler())
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 class OutputDirCheck(Callback):
     """A Hydra callback (``hydra.callbacks`` in conf/hydra/default.yaml): Hydra creates the run
     (or sweep) directory before the task function runs, so an impossible or unwritable
@@ -157,6 +170,7 @@ def main(cfg: DictConfig) -> float | None:
 def _main(cfg: DictConfig) -> float | None:
     started = time.perf_counter()
     keep_run_log_records_off_the_console()
+    lightning_logs_to_stderr()
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     try:
         check_early(cfg)
