@@ -77,9 +77,9 @@ def test_sigterm_while_the_ray_parties_start(make_cfg, monkeypatch, sigterm_rest
 
     attach = ray_session.attach_ray_parties
 
-    def attach_during_sigterm(cfg, module):
+    def attach_during_sigterm(cfg, module, datamodule=None):
         threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
-        return attach(cfg, module)
+        return attach(cfg, module, datamodule)
 
     monkeypatch.setattr(ray_session, "attach_ray_parties", attach_during_sigterm)
     cfg = make_cfg("algo=npq", "runtime=ray", "runtime.num_cpus=2", *SHORT)
