@@ -24,7 +24,11 @@ reports:
 
 Once per process, and outside the ratios: the interpreter start-up with the library imported,
 and W&B's first ``init`` (its service start). Then one cProfile of each run, top entries by own
-time and by cumulative time.
+time and by cumulative time. ``--breakdown``: one more run and Lightning floor per workload,
+their thread-CPU split into phases (the protocol's training steps, Lightning's per-batch loop
+around them, evaluation loops, checkpoint saves, the rest: setup, test, teardown), each phase
+also over the central loop's CPU, so the phases add up to the CPU ratio and show what keeps it
+above a goal.
 
     python bench/time_to_result.py --algos npq pbm cascade fedvs --json out.json
 
@@ -66,6 +70,7 @@ from vfl_lightning.train import build, train  # noqa: E402
 lightning_speedups.use(True)  # as train() does by default (lightning_speedups=true)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from phase_clock import PHASES, PhaseClock, print_breakdown, run_phases  # noqa: E402
 from step_overhead import Centralized  # noqa: E402  (the same centralized model)
 
 WORKLOADS = {
@@ -217,6 +222,20 @@ def timed_run(cfg: DictConfig) -> tuple[float, float, int, int]:
     return seconds, cpu, COUNTERS[-1].batches, int(results["global_step"])
 
 
+def breakdown(cfg: DictConfig, batches: int) -> dict[str, dict[str, float]]:
+    """Thread-CPU seconds of one run and one Lightning floor by phase (:data:`PHASES`), and the
+    central loop's CPU seconds."""
+    clock = PhaseClock()
+    with clock.watch(run_phases(CentralInLightning)):
+        run = clock.measure(lambda: train(cfg))
+        floor = clock.measure(lambda: lightning_floor(cfg, batches))
+    return {
+        "run": {phase: run.get(phase, 0.0) for phase in PHASES},
+        "floor": {phase: floor.get(phase, 0.0) for phase in PHASES},
+        "central": {"total": central_loop(cfg, batches)[1]},
+    }
+
+
 def interpreter_start_s() -> float:
     """Seconds for a fresh interpreter to import the library, Lightning and W&B and exit."""
     start = time.perf_counter()
@@ -275,6 +294,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--profile-top", type=int, default=12, help="0: no profile")
     parser.add_argument("--json", type=Path, default=None, help="write the table as JSON here")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="one more run and floor split into phases"
+    )
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
@@ -333,6 +355,9 @@ def main() -> None:
         if args.profile_top:
             cfg = run_config(algo, workdir / f"{algo}-profile", args.epochs)
             profiles[algo] = profile_top(cfg, args.profile_top)
+        if args.breakdown:
+            cfg = run_config(algo, workdir / f"{algo}-breakdown", args.epochs)
+            results[algo]["breakdown"] = breakdown(cfg, batches)
         print(f"{algo}: done ({batches} batches per run)", flush=True)
     for algo, text in profiles.items():
         print(f"\n=== profile: {algo} ===\n{text}")
@@ -350,6 +375,8 @@ def main() -> None:
             f"{row['cpu_ratio']:.2f} | "
             f"{row['floor_ratio']:.2f} | {row['per_update_ratio']:.2f} | {each} |"
         )
+    if args.breakdown:
+        print_breakdown(results)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2, sort_keys=True))
 
