@@ -255,8 +255,22 @@ def check_epochs(trainer) -> None:
 def check_schema(cfg: DictConfig, *, imports: bool = True) -> None:
     """Every check of this module: unset values, unknown keys, types and ranges. ``imports=False``
     reads the keys of classes from the key index alone and leaves a ``_target_`` it does not hold
-    to the later check (nothing is imported: the command line runs it before torch)."""
+    to :func:`check_unindexed_keys` (nothing is imported: the command line runs it before
+    torch)."""
     check_missing(cfg)
     known = shipped_defaults(tuple(config_dirs()))
     check_keys(cfg, known, keys_with_imports if imports else indexed_parameters)
     check_values(cfg, known)
+
+
+def unindexed_parameters(target: str):
+    """The keys of a ``_target_`` the key index does not hold, from its signature (imports it);
+    :data:`NOT_INDEXED` for one it holds (its node was checked from the index)."""
+    return target_parameters(target) if indexed_parameters(target) is NOT_INDEXED else NOT_INDEXED
+
+
+def check_unindexed_keys(cfg: DictConfig) -> None:
+    """What ``check_schema(cfg, imports=False)`` left out: the keys of every node whose
+    ``_target_`` the key index does not hold, read from its class (imported). After that check,
+    the two together are :func:`check_schema`."""
+    check_keys(cfg, shipped_defaults(tuple(config_dirs())), unindexed_parameters)

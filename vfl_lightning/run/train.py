@@ -37,7 +37,7 @@ from vfl_lightning.run.process import freeze_import_time_objects, prepare_proces
 from vfl_lightning.run.results import finished_results, logged_metrics, progress_results
 from vfl_lightning.run.resume import check_resume, protocol_config
 from vfl_lightning.run.runtimes import LocalRuntime, make_runtime
-from vfl_lightning.run.schema import check_schema
+from vfl_lightning.run.schema import check_unindexed_keys
 from vfl_lightning.run.signals import (
     ignore_sigterm_from_here,
     raise_if_terminated,
@@ -74,8 +74,8 @@ def _train(cfg: DictConfig) -> dict:
     refused = False
     try:
         check_output_dir(output_dir)
-        check_early(cfg)
-        check_schema(cfg)
+        check_early(cfg)  # with every check of the schema that needs no import
+        check_unindexed_keys(cfg)
         check_config(cfg)
         check_runtime(cfg)
         prepare_process(cfg)
