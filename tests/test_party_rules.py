@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 from conftest import RAY_TWO_PARTIES
 
 from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.algorithms.party_rules import PartyGuard
 from vfl_lightning.errors import PartyRefusal
 from vfl_lightning.mechanisms.base import release_round
 from vfl_lightning.mechanisms.secure_agg import PairwiseMasking
@@ -410,3 +412,13 @@ def test_rows_outside_a_party_split_are_refused(make_cfg, tmp_path):
     for rows in (torch.tensor([0, size]), torch.tensor([-1])):
         with pytest.raises(PartyRefusal, match=f"its val split has rows 0..{size - 1}, got"):
             party.send(rows, "val", release_round("val", 0))
+
+
+def test_a_release_before_any_row_is_aligned_says_so():
+    guard = PartyGuard(2, split_sizes={"train": 0, "val": 0, "test": 0})
+    with pytest.raises(PartyRefusal) as refused:
+        guard.check_release("send", "train", None, np.array([0, 3]), None)
+    assert str(refused.value) == (
+        "party 2 refused send: it holds no train rows yet (a party holds rows only once the "
+        "sample alignment has run, and releases none before)"
+    )

@@ -134,6 +134,12 @@ class PartyGuard:
         size = None if self.split_sizes is None else self.split_sizes.get(stage)
         if size is None or rows is None or len(rows) == 0:
             return
+        if size == 0:
+            raise self.refusal(
+                call,
+                f"it holds no {stage} rows yet (a party holds rows only once the sample alignment "
+                "has run, and releases none before)",
+            )
         if int(rows.min()) < 0 or int(rows.max()) >= size:
             raise self.refusal(call, f"its {stage} split has rows 0..{size - 1}, got others")
 
