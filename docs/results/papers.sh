@@ -325,8 +325,9 @@ increasing down to where training accuracy stops increasing); the chosen values 
       done
       NOTE="$SETTING Cascaded hybrid paper, Table II (MNIST columns) and Figure 3, reduced: the \
 5,000-image offline MNIST subset in place of MNIST (3,500 training images, not 60,000), server \
-width 128 only; 4, 6 and 8 clients, seeds $T2_SEEDS (the paper: 5 runs), the paper's models and \
-100 epochs. ZOO-VFL and Syn-ZOO-VFL run at the learning rates their search chose \
+width 128 only; 4, 6 and 8 clients, seeds $T2_SEEDS (the paper: 5 runs; the seeds column gives \
+each cell's count, mean ± sample sd over them; a sweep below that was cut short adds the runs it \
+finished), the paper's models and 100 epochs. ZOO-VFL and Syn-ZOO-VFL run at the learning rates their search chose \
 (papers_cascade_lr_search.md), which experiment=cascade_mnist sets."
       paper "test accuracy (%, 5 runs), MNIST, 4 / 6 / 8 clients at server width 128: split \
 learning 97.7 / 97.7 / 97.5, VAFL 97.7 / 97.8 / 97.7, Syn-ZOO-VFL 87.4 / 87.4 / 87.7, ZOO-VFL \
