@@ -22,10 +22,18 @@ rate includes the wait for the R-th coded embedding (about 0.2-0.4 simulated s a
     python bench/runtime_overhead.py --runtime grpc --json grpc.json   # npq, pbm over gRPC
 
 ``--runtime grpc`` starts one party program per party (``python -m vfl_lightning.party serve``,
-127.0.0.1, a development CA, derived seeds) and times the same protocol steps against them; its
+127.0.0.1, a development CA, derived seeds, in a user's environment: without the tests'
+``OMP_NUM_THREADS``) and times the same protocol steps against them; its
 echo is M no-op party programs over mutual TLS, one stream each (a 60-byte request answered with
 500 bytes, and a 2 KB message without reply, per party and round). ``--json FILE`` writes, per algo, ``local_rps``, ``runtime_rps`` and
-``slowdown`` (local_rps / runtime_rps).
+``slowdown`` (local_rps / runtime_rps), and ``cpu_ms_per_round``.
+
+A second table gives the CPU milliseconds per round (user + system time of all threads, from
+/proc; :mod:`process_cpu`) over the same timed rounds, per process: the server (this process),
+each party (program, actor, or the echo's no-op ones), Ray's own processes, their total, and
+what the whole machine spent meanwhile (other people's jobs included). On a machine with C
+cores a round cannot take less wall time than the total over C, nor less than the busiest
+process's share.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 from conftest import compose_config  # noqa: E402
+from process_cpu import Window  # noqa: E402
 
 from vfl_lightning import lightning_speedups  # noqa: E402
 from vfl_lightning.run.runtimes import make_runtime  # noqa: E402
@@ -135,9 +144,13 @@ def time_run(
     out: Path,
     time_scale: float,
     server: list[str] = (),
+    cpu: dict | None = None,
 ):
     """(median seconds per round, median seconds inside party calls per round) over the timed
-    protocol steps; a round is a server update (``global_step``)."""
+    protocol steps; a round is a server update (``global_step``). ``cpu`` (a dict) receives the
+    CPU seconds per round of this process and each one it started (party programs, Ray's
+    processes) over the timed steps, by pid, with ``rounds``, ``wall_s`` and ``machine_s`` (what
+    every process of the machine spent meanwhile)."""
     fedvs = algo in FEDVS_ALGOS
     steps = (rounds + warmup) * (parties if algo in CLIENT_PASSES else 1)
     cfg = compose_config(
@@ -178,7 +191,13 @@ def time_run(
     )
     protocol_step = getattr(module, step_name)
 
+    window = Window()
+    steps_at: list[int] = []
+
     def timed(xs, y, idx):
+        if len(round_s) == warmup:
+            steps_at.append(module.global_step)
+            window.start()
         party_s.append(0.0)
         before = module.global_step
         start = time.perf_counter()
@@ -186,6 +205,8 @@ def time_run(
         per_round = 1 / max(1, module.global_step - before)
         round_s.append((time.perf_counter() - start) * per_round)
         party_s[-1] *= per_round
+        if len(round_s) == warmup + rounds and cpu is not None:
+            cpu.update(window.end(module.global_step - steps_at[0]))
         return result
 
     setattr(module, step_name, timed)
@@ -232,7 +253,14 @@ def time_call_echo(parties: int, rounds: int, warmup: int, width: int, batch: in
 
 
 def time_echo(
-    parties: int, rounds: int, warmup: int, width: int, batch: int, dtype, exchange: str = "tasks"
+    parties: int,
+    rounds: int,
+    warmup: int,
+    width: int,
+    batch: int,
+    dtype,
+    exchange: str = "tasks",
+    cpu: dict | None = None,
 ):
     """Median seconds of a bare synchronous round: M no-op actors, message up, gradient down,
     as ``RayParties`` does it for the synchronous family (one request per party and round: the
@@ -247,11 +275,16 @@ def time_echo(
     idx = torch.arange(batch).numpy()
     gradient = bytes(batch * width * 4 + 40)
     times = []
-    for _ in range(rounds + warmup):
+    window = Window()
+    for i in range(rounds + warmup):
+        if i == warmup:
+            window.start()
         start = time.perf_counter()
         batches.call([("send", (idx, (batch, width), dtype))] * parties)
         batches.queue([("apply_gradient", (gradient, False, 0.0))] * parties)
         times.append(time.perf_counter() - start)
+    if cpu is not None:
+        cpu.update(window.end(rounds))
     batches.flush()
     batches.close()
     for actor in actors:
@@ -286,7 +319,7 @@ def time_async_echo(parties: int, rounds: int, warmup: int, shape, dtype, answer
 
 
 def echo_round(
-    algo: str, parties: int, rounds: int, warmup: int, exchange: str
+    algo: str, parties: int, rounds: int, warmup: int, exchange: str, cpu: dict | None = None
 ) -> tuple[int, int, float]:
     """(parties, batch, seconds): the bare transport of one round of ``algo`` on digits with the
     default party widths."""
@@ -298,7 +331,7 @@ def echo_round(
         seconds = time_async_echo(parties, rounds, warmup, (2, 32, 16), torch.float64, 2)
         return parties, 32, seconds
     dtype = torch.uint8 if algo == "pbm" else torch.float32
-    return parties, 32, time_echo(parties, rounds, warmup, 16, 32, dtype, exchange)
+    return parties, 32, time_echo(parties, rounds, warmup, 16, 32, dtype, exchange, cpu)
 
 
 def serve_echo(folder: Path, party: int) -> None:
@@ -331,7 +364,9 @@ def serve_echo(folder: Path, party: int) -> None:
     server.wait_for_termination()
 
 
-def time_grpc_echo(parties: int, rounds: int, warmup: int, out: Path) -> float:
+def time_grpc_echo(
+    parties: int, rounds: int, warmup: int, out: Path, cpu: dict | None = None
+) -> float:
     """Median seconds of a bare gRPC round: M no-op party programs over mutual TLS, each sent a
     60-byte request (answered with 500 bytes) and a 2 KB message without reply, as a pbm round's
     messages are."""
@@ -363,7 +398,10 @@ def time_grpc_echo(parties: int, rounds: int, warmup: int, out: Path) -> float:
                 (requests, channel.stream_stream("/Echo/Stream")(iter(requests.get, None)))
             )
         times = []
-        for _ in range(rounds + warmup):
+        window = Window()
+        for i in range(rounds + warmup):
+            if i == warmup:
+                window.start()
             start = time.perf_counter()
             for requests, _ in streams:
                 requests.put(b"r" + bytes(60))
@@ -372,6 +410,8 @@ def time_grpc_echo(parties: int, rounds: int, warmup: int, out: Path) -> float:
             for requests, _ in streams:
                 requests.put(b"n" + bytes(2048))
             times.append(time.perf_counter() - start)
+        if cpu is not None:
+            cpu.update(window.end(rounds), party_pids=[program.pid for program in programs])
         for requests, _ in streams:
             requests.put(None)
         return statistics.median(times[warmup:])
@@ -382,12 +422,72 @@ def time_grpc_echo(parties: int, rounds: int, warmup: int, out: Path) -> float:
 
 
 def grpc_parties(algo: str, parties: int, out: Path):
-    """M party programs for ``algo`` (started), as the tests start them."""
+    """M party programs for ``algo`` (started), as the tests start them but in the environment a
+    user starts them in: without the tests' ``OMP_NUM_THREADS=1`` (each program keeps to the
+    ``threads`` of its own configuration)."""
     from grpc_parties import make_deployment
 
     deployment = make_deployment(out / f"{algo}-parties", protocol_overrides(algo, parties))
-    deployment.start()
+    tests_threads = os.environ.pop("OMP_NUM_THREADS", None)
+    try:
+        deployment.start()
+    finally:
+        if tests_threads is not None:
+            os.environ["OMP_NUM_THREADS"] = tests_threads
     return deployment
+
+
+def cpu_by_role(cpu: dict, party_pids: dict[int, int]) -> dict:
+    """CPU milliseconds per round of the timed window by role: ``server`` (this process),
+    ``parties`` (each party program or party actor, in pid order; the echo's no-op ones),
+    ``others`` (Ray's own processes, by name), their ``total``, the ``wall`` ms per round, and ``machine`` (every
+    process of the machine, other people's jobs included)."""
+    if not cpu:
+        return {}
+    me = os.getpid()
+    parties, others = [], {}
+    party_pids = set(party_pids) | set(cpu.get("party_pids", ()))
+    for pid, seconds in sorted(cpu["processes"].items()):
+        name = cpu["names"].get(pid, "?")
+        if pid == me:
+            continue
+        if pid in party_pids or any(kind in name for kind in ("PartyActor", "Client", "Echo")):
+            parties.append(seconds * 1e3)
+        else:
+            key = name.split(".")[0] if name.startswith("ray::") else name
+            others[key] = others.get(key, 0.0) + seconds * 1e3
+    server = cpu["processes"].get(me, 0.0) * 1e3
+    return {
+        "rounds": cpu["rounds"],
+        "wall": cpu["wall_s"] * 1e3,
+        "server": server,
+        "parties": parties,
+        "others": others,
+        "total": server + sum(parties) + sum(others.values()),
+        "machine": None if cpu["machine_s"] is None else cpu["machine_s"] * 1e3,
+    }
+
+
+def print_cpu(cpus: dict[str, dict]) -> None:
+    """The CPU table: ms of CPU per round by process, over the timed rounds."""
+    print("CPU ms per round over the timed rounds (user + system, all threads; /proc)")
+    print(
+        f"{'algo':12} {'runtime':8} {'wall':>6} {'server':>7} {'parties (each)':>26} "
+        f"{'others':>7} {'total':>6} {'machine':>8}"
+    )
+    for algo, by_runtime in cpus.items():
+        for runtime, c in by_runtime.items():
+            if not c:
+                continue
+            each = " ".join(f"{ms:.2f}" for ms in c["parties"]) or "-"
+            machine = "-" if c["machine"] is None else f"{c['machine']:.2f}"
+            print(
+                f"{algo:12} {runtime:8} {c['wall']:6.2f} {c['server']:7.2f} {each:>26} "
+                f"{sum(c['others'].values()):7.2f} {c['total']:6.2f} {machine:>8}"
+            )
+            if sum(c["others"].values()) > 0:
+                named = ", ".join(f"{k} {v:.2f}" for k, v in sorted(c["others"].items()))
+                print(f"{'':21} others: {named}")
 
 
 def main() -> None:
@@ -417,31 +517,42 @@ def main() -> None:
 
         ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
     rows = []
+    cpus: dict[str, dict] = {}
+    name = args.runtime
     with tempfile.TemporaryDirectory() as tmp:
         for algo in args.algos:
             timing = (args.parties, args.rounds, args.warmup, Path(tmp), args.time_scale)
-            local, _ = time_run(algo, "local", *timing)
+            local_cpu: dict = {}
+            remote_cpu: dict = {}
+            echo_cpu: dict = {}
+            local, _ = time_run(algo, "local", *timing, cpu=local_cpu)
             echo = None
+            party_pids: dict[int, int] = {}
             if ray_runtime:
                 exchange = [f"runtime.exchange={args.exchange}"]
-                remote, waiting = time_run(algo, "ray", *timing, server=exchange)
+                remote, waiting = time_run(algo, "ray", *timing, server=exchange, cpu=remote_cpu)
                 parties, batch, echo = echo_round(
-                    algo, args.parties, args.rounds, args.warmup, args.exchange
+                    algo, args.parties, args.rounds, args.warmup, args.exchange, echo_cpu
                 )
             else:
                 deployment = grpc_parties(algo, args.parties, Path(tmp))
+                party_pids = {p.process.pid: p.party for p in deployment.parties}
                 try:
                     server = deployment.server_overrides()
-                    remote, waiting = time_run(algo, "grpc", *timing, server=server)
+                    remote, waiting = time_run(algo, "grpc", *timing, server=server, cpu=remote_cpu)
                 finally:
                     deployment.stop()
                 parties = len(deployment.parties)
                 batch = 64 if algo in FEDVS_ALGOS else 32
-                echo = time_grpc_echo(parties, args.rounds, args.warmup, Path(tmp) / algo)
+                echo = time_grpc_echo(parties, args.rounds, args.warmup, Path(tmp) / algo, echo_cpu)
             rows.append((algo, parties, batch, local, remote, waiting, echo))
+            cpus[algo] = {
+                "local": cpu_by_role(local_cpu, party_pids),
+                name: cpu_by_role(remote_cpu, party_pids),
+                "echo": cpu_by_role(echo_cpu, {}),
+            }
     if ray_runtime:
         ray.shutdown()
-    name = args.runtime
     header = (
         f"{'algo':12} {'M':>2} {'batch':>5} {'local r/s':>10} {name + ' r/s':>9} "
         f"{name + '/local':>10} {'party calls':>11}"
@@ -468,7 +579,9 @@ def main() -> None:
             "parties": parties,
             "batch": batch,
             "echo_ms": echo * 1e3,
+            "cpu_ms_per_round": cpus[algo],
         }
+    print_cpu(cpus)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

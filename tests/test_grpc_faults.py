@@ -94,7 +94,7 @@ def test_a_gone_server_lets_the_party_exit_after_its_timeout_with_its_state_inta
         assert saved
         parties.stopping.set()
         for stream in parties.streams:
-            stream.responses.cancel()
+            stream.drop()
         for channel in channels:
             channel.close()
         started = time.monotonic()

@@ -1,8 +1,9 @@
 """The channel of ``runtime=grpc``: a party serves one gRPC service over mutual TLS, the server
 calls it. Every request and reply is a frame of a fixed schema (:mod:`~vfl_lightning.wire.frames`,
 :mod:`~vfl_lightning.runtime.grpc_schema`; no pickle); grpcio's generic handlers carry the bytes.
-A run is one stream per party (:class:`PartyStream`): calls go out in order, without waiting for
-earlier replies, and the party answers those that have a reply, in order. A party accepts calls
+A run is one stream per party (:class:`~vfl_lightning.runtime.grpc_stream.PartyStream`): calls go out in order, without waiting for
+earlier replies, and the party answers those that have a reply, in order; one stream message
+carries one or more calls (calls without a reply may wait for the next call and travel with it). A party accepts calls
 only from the certificate of the server its configuration names; the server reaches party m only
 if that party's certificate names ``party-<m>``; both are checked against the CA each side was
 configured with."""
@@ -10,11 +11,8 @@ configured with."""
 from __future__ import annotations
 
 import logging
-import queue
 import struct
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -76,6 +74,29 @@ def encode_call(method: str, fields: dict) -> bytes:
     """A session call: the method's name, then the frame of its request fields."""
     name = method.encode()
     return struct.pack("<B", len(name)) + name + encode_frame(framed(SESSION[method][0], fields))
+
+
+def bundle(calls: list[bytes]) -> bytes:
+    """One stream message carrying ``calls`` (each :func:`encode_call`'s bytes), in order: each
+    call's length (4 bytes, little-endian), then the call."""
+    return b"".join(struct.pack("<I", len(call)) + call for call in calls)
+
+
+def unbundle(data: bytes) -> list[memoryview]:
+    """The calls of a stream message (:func:`bundle`), in order; an empty message or one whose
+    lengths do not add up raises :class:`FrameError`."""
+    view, calls, at = memoryview(data), [], 0
+    while at < len(view):
+        if at + 4 > len(view):
+            raise FrameError("a stream message ends inside a call's length")
+        (size,) = struct.unpack_from("<I", view, at)
+        if at + 4 + size > len(view):
+            raise FrameError("a stream message ends inside a call")
+        calls.append(view[at + 4 : at + 4 + size])
+        at += 4 + size
+    if not calls:
+        raise FrameError("an empty stream message")
+    return calls
 
 
 def decode_call(data: bytes) -> tuple[str, dict]:
@@ -161,23 +182,24 @@ class PartyService:
         method = "Open"
         try:
             run = None
-            for data in requests:
+            for message in requests:
                 self.on_call()
-                method, fields = decode_call(data)
-                if run is None:
-                    if method != "Open":
-                        raise PartyRefusal(
-                            f"party {self.party} refuses {method}: a session starts with Open"
-                        )
-                    run = self.open_session(fields["session"])
-                    yield encode_frame({})
-                    continue
-                reply = run(method, fields)
-                reply_schema = SESSION[method][1]
-                if reply_schema is not None:
-                    yield encode_frame(framed(reply_schema, reply))
-                if method == "Close":
-                    return
+                for data in unbundle(message):
+                    method, fields = decode_call(data)
+                    if run is None:
+                        if method != "Open":
+                            raise PartyRefusal(
+                                f"party {self.party} refuses {method}: a session starts with Open"
+                            )
+                        run = self.open_session(fields["session"])
+                        yield encode_frame({})
+                        continue
+                    reply = run(method, fields)
+                    reply_schema = SESSION[method][1]
+                    if reply_schema is not None:
+                        yield encode_frame(framed(reply_schema, reply))
+                    if method == "Close":
+                        return
         except Exception as error:
             if context.is_active():
                 self.fail(context, error, method)
@@ -240,9 +262,9 @@ class PartyChannel:
             certificate_chain=credentials.certificate,
         )
         options = [*OPTIONS, ("grpc.ssl_target_name_override", party_name(party))]
+        self.tls, self.options = tls, options
         self.channel = grpc.secure_channel(address, tls, options=options)
         self.unary = {method: self.channel.unary_unary(f"/{SERVICE}/{method}") for method in UNARY}
-        self.session_method = self.channel.stream_stream(f"/{SERVICE}/{STREAM}")
         self.sent = 0
         self.received = 0
         self.last_call = time.monotonic()
@@ -288,96 +310,9 @@ class PartyChannel:
                 f"there, with a certificate naming {party_name(self.party)} from the same CA?"
             ) from None
 
-    def open(self, session: str, arrivals: queue.Queue | None = None) -> PartyStream:
-        """The stream of ``session`` (issued by the party for an accepted proposal)."""
-        return PartyStream(self, session, arrivals)
+    def aio_channel(self) -> grpc.aio.Channel:
+        """A ``grpc.aio`` channel to the party with the same TLS (made on the running loop)."""
+        return grpc.aio.secure_channel(self.address, self.tls, options=self.options)
 
     def close(self) -> None:
         self.channel.close()
-
-
-END = object()
-
-
-class PartyStream:
-    """One session's stream to a party: :meth:`send` queues a call (its reply, if it has one,
-    is the next unanswered); :meth:`reply` waits for the oldest unanswered reply. A stream that
-    breaks (the party died, refused a call or failed) raises at the next :meth:`reply`; a reply
-    that does not come within the channel's timeout is a lost party. ``arrivals`` (shared by
-    several streams): the party's index is put there when a reply of it arrives."""
-
-    def __init__(self, channel: PartyChannel, session: str, arrivals: queue.Queue | None) -> None:
-        self.channel, self.party = channel, channel.party
-        self.requests: queue.Queue = queue.Queue()
-        self.replies: queue.Queue = queue.Queue()
-        self.expected: deque[str] = deque()
-        self.arrivals = arrivals
-        self.broken: Exception | None = None
-        self.skipping = 0
-        self.responses = channel.session_method(iter(self.requests.get, END))
-        self.reader = threading.Thread(target=self.read, daemon=True)
-        self.reader.start()
-        self.send("Open", {"session": session})
-
-    def read(self) -> None:
-        try:
-            for data in self.responses:
-                self.replies.put(data)
-                if self.arrivals is not None:
-                    self.arrivals.put(self.party)
-        except grpc.RpcError as error:
-            what = self.expected[0] if self.expected else "stream"
-            self.replies.put(self.channel.failure(what, error))
-        else:
-            self.replies.put(
-                PartyLost(f"party {self.party} at {self.channel.address} ended the session")
-            )
-        if self.arrivals is not None:
-            self.arrivals.put(self.party)
-
-    def send(self, method: str, fields: dict) -> None:
-        data = encode_call(method, fields)
-        self.channel.sent += len(data)
-        self.channel.last_call = time.monotonic()
-        if SESSION[method][1] is not None:
-            self.expected.append(method)
-        self.requests.put(data)
-
-    def skip(self) -> None:
-        """The oldest unanswered reply is not needed: :meth:`reply` discards it when it comes."""
-        self.skipping += 1
-
-    def reply(self) -> dict:
-        while self.skipping:
-            self.skipping -= 1
-            self.reply()
-        if self.broken is not None:
-            raise self.broken
-        method = self.expected[0] if self.expected else "reply"
-        try:
-            data = self.replies.get(timeout=self.channel.timeout_s)
-        except queue.Empty:
-            self.broken = PartyLost(
-                f"party {self.party} at {self.channel.address} is lost ({method}: no reply "
-                f"within runtime.call_timeout_s={self.channel.timeout_s:g} s)"
-            )
-            raise self.broken from None
-        if isinstance(data, Exception):
-            self.broken = data
-            raise data
-        self.expected.popleft()
-        self.channel.received += len(data)
-        try:
-            return decode_frame(data, SESSION[method][1], f"party {self.party}'s {method} reply")
-        except FrameError as error:
-            raise PartyFailure(str(error)) from None
-
-    def ready(self) -> bool:
-        """Whether a reply (or the stream's end) is waiting."""
-        return not self.replies.empty()
-
-    def close(self, timeout_s: float = 5.0) -> None:
-        """End the stream (after the calls already sent), cancelling it after ``timeout_s``."""
-        self.requests.put(END)
-        self.reader.join(timeout_s)
-        self.responses.cancel()

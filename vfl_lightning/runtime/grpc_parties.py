@@ -12,7 +12,6 @@ during training calls go to ``ledger.socket_bytes``, the frames' bytes to
 from __future__ import annotations
 
 import contextlib
-import queue
 import secrets
 import threading
 import time
@@ -23,7 +22,8 @@ import torch
 from vfl_lightning.algorithms.parties import Parties
 from vfl_lightning.data.alignment import AlignmentReport, align_with_parties
 from vfl_lightning.errors import ConfigError, PartyLost
-from vfl_lightning.runtime.grpc_channel import PartyChannel, PartyFailure, PartyStream
+from vfl_lightning.runtime.grpc_channel import PartyChannel, PartyFailure
+from vfl_lightning.runtime.grpc_stream import Arrivals, PartyStream, StreamLoop
 from vfl_lightning.runtime.socket_bytes import SocketBytes
 from vfl_lightning.wire.codecs import Codec, decode_form
 from vfl_lightning.wire.frames import FrameError, Packed
@@ -94,7 +94,6 @@ class GrpcParties(Parties):
         self.ledger, self.round_fn, self.device_fn = ledger, round_fn, device_fn
         self.codec_fn = codec_fn
         self.run = str(proposals[0]["run"])
-        self.arrivals: queue.Queue = queue.Queue()
         self.streams: list[PartyStream] = []
         self.sent: list[torch.Tensor] = []
         self.stopping = threading.Event()
@@ -117,22 +116,38 @@ class GrpcParties(Parties):
             )
         return error
 
-    def reply(self, party: int, what: str) -> dict:
+    def reply(self, party: int, what: str, timeout_s: float | None = None) -> dict:
         try:
-            return self.streams[party].reply()
+            return self.streams[party].reply(timeout_s)
         except Exception as error:
             raise self.lost(error, what) from None
 
     def wait_all(self, what: str) -> list[dict]:
-        """The next reply of every party, in party order (the first failure in party order)."""
-        return [self.reply(m, what) for m in range(len(self.streams))]
+        """The next reply of every party, in party order (the first failure in party order):
+        the loop runs once until every party answered, or the calls' timeout passed (then the
+        first party in order without a reply is lost)."""
+        self.flush()
+        if not self.streams:
+            return []
+        timeout_s = self.channels[0].timeout_s
+        done = self.loop.until(lambda: all(s.answered() for s in self.streams), timeout_s)
+        return [self.reply(m, what, None if done else 0.0) for m in range(len(self.streams))]
 
-    def send_all(self, method: str, fields: dict | list[dict], *, training: bool = False):
-        """Send ``method`` to every party (``fields``: the same for all, or one per party)."""
+    def flush(self) -> None:
+        """Send every party's held calls."""
+        for stream in self.streams:
+            stream.flush()
+
+    def send_all(
+        self, method: str, fields: dict | list[dict], *, training: bool = False, hold=False
+    ):
+        """Send ``method`` to every party (``fields``: the same for all, or one per party);
+        ``hold``: a call without a reply goes out with the party's next call (one stream message
+        a round: the update, then the next release)."""
         self.traffic.enter(training)
         per_party = fields if isinstance(fields, list) else [fields] * len(self.streams)
         for stream, f in zip(self.streams, per_party, strict=True):
-            stream.send(method, f)
+            stream.send(method, f, hold=hold)
 
     def call_all(self, method: str, fields: dict | list[dict], *, training: bool = False):
         """``method`` at every party at once; every reply, in party order."""
@@ -161,10 +176,16 @@ class GrpcParties(Parties):
                     f"runtime.parties[{party}]={self.channels[party].address} answers as party "
                     f"{reply['party']}: list the party programs in party order"
                 )
-        self.streams = [
-            channel.open(reply["session"], self.arrivals)
-            for channel, reply in zip(self.channels, replies, strict=True)
-        ]
+        self.loop = StreamLoop()
+        self.arrivals = Arrivals(self.loop)
+        try:
+            self.streams = [
+                PartyStream(channel, reply["session"], self.arrivals, self.loop)
+                for channel, reply in zip(self.channels, replies, strict=True)
+            ]
+        except BaseException:
+            self.loop.close()
+            raise
         return [reply["width"] for reply in replies]
 
     def exchange_keys(self) -> None:
@@ -220,24 +241,25 @@ class GrpcParties(Parties):
         ]
 
     def apply_gradients(self, gradients, *, fresh=False, mu=0.0):
-        """Sent without waiting: a party runs its session's calls in order, so its next call
-        starts after the update, and a failed update breaks its stream (seen at the next
-        reply). A fresh local step with the very gradients sent last (FedBCD) sends
-        ``["cached"]``: the party steps with the gradient it received."""
+        """Sent without waiting, with each party's next call: a party runs its session's calls
+        in order, so its next call starts after the update, and a failed update breaks its
+        stream (seen at the next reply). A fresh local step with the very gradients sent last
+        (FedBCD) sends ``["cached"]``: the party steps with the gradient it received."""
         self.traffic.enter(True)
         codec = self.codec_fn()
         cached = fresh and len(self.sent) == len(gradients)
         cached = cached and all(g is s for g, s in zip(gradients, self.sent, strict=True))
         for stream, gradient in zip(self.streams, gradients, strict=True):
             form = ["cached"] if cached else codec.encode(gradient.detach().to("cpu"))
-            stream.send("ApplyGradient", {"gradient": form, "fresh": bool(fresh), "mu": float(mu)})
+            fields = {"gradient": form, "fresh": bool(fresh), "mu": float(mu)}
+            stream.send("ApplyGradient", fields, hold=True)
         self.sent = list(gradients)
 
     def set_anchor(self):
-        self.send_all("SetAnchor", {}, training=True)
+        self.send_all("SetAnchor", {}, training=True, hold=True)
 
     def set_lr_factor(self, factor):
-        self.send_all("SetLrFactor", {"factor": float(factor)}, training=True)
+        self.send_all("SetLrFactor", {"factor": float(factor)}, training=True, hold=True)
 
     def restart_stream(self, stage, release):
         self.send_all("RestartStream", {"stage": stage, "release": int(release)})
@@ -297,6 +319,8 @@ class GrpcParties(Parties):
                 stream.send("Close", {"status": status})
         for stream in self.streams:
             stream.close()
+        if hasattr(self, "loop"):
+            self.loop.close()
         for channel in self.channels:
             channel.close()
         self.streams, self.channels = [], []

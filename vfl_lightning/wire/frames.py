@@ -38,6 +38,7 @@ NUMPY_DTYPES = {
     torch.bool: "?",
 }
 NATIVE = {dtype: np.dtype(code).newbyteorder("=") for dtype, code in NUMPY_DTYPES.items()}
+ITEMSIZE = {dtype: torch.empty((), dtype=dtype).element_size() for dtype in DTYPES.values()}
 MAX_DIMS = 8
 
 NONE, FALSE, TRUE, INT, FLOAT, STR, BYTES, TENSOR, PACKED, LIST, JSON = range(11)
@@ -199,10 +200,16 @@ class _Reader:
     def unpack(self, layout: str) -> tuple:
         return struct.unpack(layout, self.take(struct.calcsize(layout)))
 
+    def byte(self) -> int:
+        if self.at >= len(self.view):
+            raise FrameError("the frame ends early")
+        self.at += 1
+        return self.view[self.at - 1]
+
     def varint(self) -> int:
         value = shift = 0
         while True:
-            (byte,) = self.unpack("<B")
+            byte = self.byte()
             value |= (byte & 0x7F) << shift
             if not byte & 0x80:
                 return value
@@ -211,14 +218,14 @@ class _Reader:
                 raise FrameError("a varint longer than 64 bits")
 
     def shape(self) -> tuple[int, ...]:
-        (ndim,) = self.unpack("<B")
+        ndim = self.byte()
         if ndim > MAX_DIMS:
             raise FrameError(f"a tensor has at most {MAX_DIMS} dimensions, got {ndim}")
         return tuple(self.varint() for _ in range(ndim))
 
 
 def _decode_value(reader: _Reader):
-    (tag,) = reader.unpack("<B")
+    tag = reader.byte()
     if tag == NONE:
         return tag, None
     if tag in (FALSE, TRUE):
@@ -237,21 +244,20 @@ def _decode_value(reader: _Reader):
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise FrameError(f"a text field is not valid: {error}") from None
     if tag == TENSOR:
-        (code,) = reader.unpack("<B")
+        code = reader.byte()
         dtype = DTYPES.get(code)
         if dtype is None:
             raise FrameError(f"unknown tensor dtype code {code}")
         shape = reader.shape()
         count = math.prod(shape)
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        raw = reader.take(count * itemsize)
+        raw = reader.take(count * ITEMSIZE[dtype])
         if dtype == torch.bfloat16:
             array = np.frombuffer(raw, dtype="<i2").astype(np.int16)
             return tag, torch.from_numpy(array).view(torch.bfloat16).reshape(shape)
         array = np.frombuffer(raw, dtype=NUMPY_DTYPES[dtype]).astype(NATIVE[dtype])
         return tag, torch.from_numpy(array).reshape(shape)
     if tag == PACKED:
-        (bits,) = reader.unpack("<B")
+        bits = reader.byte()
         if not 1 <= bits <= 64:
             raise FrameError(f"packed values have 1 to 64 bits, got {bits}")
         shape = reader.shape()

@@ -1,0 +1,125 @@
+"""The server's streams under runtime=grpc: calls without a reply travel with the next call in
+one stream message (in order, each still checked by the party), a stream message that does not
+parse is refused in one line, and the streams run inside a thread that already runs an event
+loop (a notebook). The party programs run in this process, on 127.0.0.1 with ephemeral ports."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+grpc = pytest.importorskip("grpc")
+
+from test_grpc_transport import NUM_PARTIES, credentials, deployment, proposals  # noqa: E402, F401
+
+from vfl_lightning.errors import PartyRefusal  # noqa: E402
+from vfl_lightning.runtime.grpc_channel import (  # noqa: E402
+    SERVICE,
+    STREAM,
+    PartyChannel,
+    bundle,
+    encode_call,
+    unbundle,
+)
+from vfl_lightning.runtime.grpc_parties import GrpcParties  # noqa: E402
+from vfl_lightning.runtime.party_config import read_party_config  # noqa: E402
+from vfl_lightning.runtime.party_program import PartyProgram  # noqa: E402
+from vfl_lightning.wire.frames import FrameError  # noqa: E402
+
+
+@pytest.fixture
+def programs(deployment):  # noqa: F811
+    """Every party's program, serving in this process, each counting the stream messages it
+    receives (``program.messages``); stopped at the end."""
+    programs = []
+    for m in range(NUM_PARTIES):
+        program = PartyProgram(read_party_config(deployment / f"party_{m}.yaml"))
+        program.messages = 0
+        touch = program.touch
+
+        def counting(program=program, touch=touch) -> None:
+            program.messages += 1
+            touch()
+
+        program.touch = counting
+        programs.append(program)
+    server = credentials(deployment / "certs", "server")
+    channels = [
+        PartyChannel(m, f"127.0.0.1:{program.start()}", server, timeout_s=30)
+        for m, program in enumerate(programs)
+    ]
+    yield programs, channels
+    for program in programs:
+        program.stop(0, "")
+        program.wait()
+
+
+def lr(program) -> float:
+    return program.session.own.optimizer.param_groups[0]["lr"]
+
+
+def test_calls_without_a_reply_travel_with_the_next_call_in_one_message(deployment, programs):  # noqa: F811
+    programs, channels = programs
+    parties = GrpcParties(channels, proposals(deployment))
+    try:
+        before = [program.messages for program in programs]
+        rates = [lr(program) for program in programs]
+        parties.set_lr_factor(0.5)
+        parties.set_lr_factor(0.25)
+        assert [program.messages for program in programs] == before  # held, nothing sent yet
+        digests = parties.party_digests()
+        # the two updates and the digest: one stream message per party, run in order (the
+        # factor is the initial rate's, so the last one sent holds)
+        assert [program.messages - b for program, b in zip(programs, before)] == [1] * NUM_PARTIES
+        assert [lr(program) for program in programs] == [rate * 0.25 for rate in rates]
+        assert digests == [program.session.own.digest() for program in programs]
+        # a held call the party refuses is still refused, at the server's next reply
+        parties.set_lr_factor(2.0)
+        with pytest.raises(PartyRefusal) as refused:
+            parties.party_digests()
+        line = str(refused.value)
+        assert line.startswith("party 0 refused set_lr_factor: a learning-rate factor is in (0, 1]")
+        assert [lr(program) for program in programs] == [rate * 0.25 for rate in rates]
+    finally:
+        parties.close()
+
+
+def test_a_stream_message_that_does_not_parse_is_refused_in_one_line(deployment, programs):  # noqa: F811
+    programs, channels = programs
+    GrpcParties(channels, proposals(deployment)).close()  # a proposal, so a session exists
+    call = encode_call("Open", {"session": "0" * 32})
+    assert [bytes(c) for c in unbundle(bundle([call, call]))] == [call, call]
+    for broken in (b"", bundle([call])[:-1], bundle([call])[:3]):
+        with pytest.raises(FrameError):
+            unbundle(broken)
+    server = credentials(deployment / "certs", "server")
+    channel = PartyChannel(0, channels[0].address, server, timeout_s=30)
+    stream = channel.channel.stream_stream(f"/{SERVICE}/{STREAM}")
+    with pytest.raises(grpc.RpcError) as refused:
+        list(stream(iter([bundle([call])[:-1]]), timeout=30))
+    channel.close()
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert refused.value.details() == (
+        "party 0 (Open): FrameError: a stream message ends inside a call"
+    )
+
+
+def test_the_streams_run_in_a_thread_that_runs_an_event_loop(deployment, programs):  # noqa: F811
+    """Constructed and called from a coroutine (as in a notebook), the streams' loop runs on a
+    thread of its own rather than inside the running one."""
+    programs, channels = programs
+
+    async def inside_a_loop() -> None:
+        parties = GrpcParties(channels, proposals(deployment))
+        try:
+            assert parties.loop.threaded
+            rates = [lr(program) for program in programs]
+            parties.set_lr_factor(0.5)
+            digests = parties.party_digests()
+            assert digests == [program.session.own.digest() for program in programs]
+            assert [lr(program) for program in programs] == [rate * 0.5 for rate in rates]
+        finally:
+            parties.close()
+
+    asyncio.run(inside_a_loop())
