@@ -4,6 +4,7 @@ reads it refuses what the full check refuses, without torch or Lightning."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -222,3 +223,20 @@ def test_the_config_files_read_as_omegaconf_reads_them(tmp_path):
         ours = yaml.load(text, Loader=ConfigYAMLLoader)
         ours = {} if ours is None else ours  # an empty file: no keys either way
         assert ours == OmegaConf.to_container(OmegaConf.create(text), resolve=False), file
+
+
+def make_counter():
+    """A callback factory: a function ``_target_``, as Hydra allows (never called here)."""
+    return object()
+
+
+def test_a_callback_factory_function_is_checked_without_an_error_log(make_cfg, caplog):
+    """The audits' protocol check looks at callback classes only: a factory function passes
+    without Hydra's "Error getting class" log line, and an audit class is still asked."""
+    from vfl_lightning.run.config_checks import check_audit_data
+
+    with caplog.at_level(logging.ERROR):
+        check_audit_data(make_cfg(f"+callbacks.counter._target_={__name__}.make_counter"))
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    with pytest.raises(ConfigError, match="audit"):
+        check_audit_data(make_cfg("algo=fedvs", "audit=canary_message"))

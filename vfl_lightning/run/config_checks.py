@@ -219,10 +219,10 @@ def check_audit_data(cfg: DictConfig) -> None:
         target = callback.get("_target_") if hasattr(callback, "get") else None
         if not target:
             continue
-        try:
-            found = get_class(target)
-        except Exception:  # an unimportable callback is named when the callbacks are built
+        try:  # a class or a factory function; an unimportable one is named when the callbacks are built
+            found = locate(target)
+        except Exception:
             continue
-        check = getattr(found, "check_protocol", None)
+        check = getattr(found, "check_protocol", None) if isinstance(found, type) else None
         if check is not None:
             check(protocol, callback.get("name", target.rsplit(".", 1)[-1]), mechanism)
