@@ -64,6 +64,19 @@ from vfl_lightning.train import build  # noqa: E402
 lightning_speedups.use(True)  # as train() does by default (lightning_speedups=true)
 
 
+def timed_rounds(one_round, rounds: int, warmup: int) -> tuple[float, dict]:
+    """Median seconds of ``one_round()`` over ``rounds`` rounds after ``warmup``, and the CPU
+    :class:`Window` of those rounds."""
+    times, window = [], Window()
+    for i in range(rounds + warmup):
+        if i == warmup:
+            window.start()
+        start = time.perf_counter()
+        one_round()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[warmup:]), window.end(rounds)
+
+
 class Echo:
     """A no-op party: replies with a message of the given shape and dtype, acks gradients."""
 
@@ -274,22 +287,19 @@ def time_echo(
     batches = PartyExchange(actors, lambda error: error, exchange)
     idx = torch.arange(batch).numpy()
     gradient = bytes(batch * width * 4 + 40)
-    times = []
-    window = Window()
-    for i in range(rounds + warmup):
-        if i == warmup:
-            window.start()
-        start = time.perf_counter()
+
+    def one_round() -> None:
         batches.call([("send", (idx, (batch, width), dtype))] * parties)
         batches.queue([("apply_gradient", (gradient, False, 0.0))] * parties)
-        times.append(time.perf_counter() - start)
+
+    median, window = timed_rounds(one_round, rounds, warmup)
     if cpu is not None:
-        cpu.update(window.end(rounds))
+        cpu.update(window)
     batches.flush()
     batches.close()
     for actor in actors:
         ray.kill(actor)
-    return statistics.median(times[warmup:])
+    return median
 
 
 def time_async_echo(parties: int, rounds: int, warmup: int, shape, dtype, answer_size: int):
@@ -397,24 +407,21 @@ def time_grpc_echo(
             streams.append(
                 (requests, channel.stream_stream("/Echo/Stream")(iter(requests.get, None)))
             )
-        times = []
-        window = Window()
-        for i in range(rounds + warmup):
-            if i == warmup:
-                window.start()
-            start = time.perf_counter()
+
+        def one_round() -> None:
             for requests, _ in streams:
                 requests.put(b"r" + bytes(60))
             for _, replies in streams:
                 next(replies)
             for requests, _ in streams:
                 requests.put(b"n" + bytes(2048))
-            times.append(time.perf_counter() - start)
+
+        median, window = timed_rounds(one_round, rounds, warmup)
         if cpu is not None:
-            cpu.update(window.end(rounds), party_pids=[program.pid for program in programs])
+            cpu.update(window, party_pids=[program.pid for program in programs])
         for requests, _ in streams:
             requests.put(None)
-        return statistics.median(times[warmup:])
+        return median
     finally:
         for program in programs:
             program.kill()
