@@ -238,3 +238,48 @@ def align(program) -> list[bytes]:
     report = align_with_parties(program.split_ids, exchange, 1)
     assert report.aligned_rows == sum(len(rows) for rows in program.split_ids.values())
     return sent
+
+
+class Aborted(Exception):
+    """How a party's service ended a stream: its gRPC status code and its one line."""
+
+    def __init__(self, code, line: str) -> None:
+        super().__init__(line)
+        self.code, self.line = code, line
+
+
+class ServerContext:
+    """The context a party's handler sees for a call from the server's certificate."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def auth_context(self) -> dict:
+        return {"x509_subject_alternative_name": [self.name.encode()]}
+
+    def is_active(self) -> bool:
+        return True
+
+    def abort(self, code, line: str):
+        raise Aborted(code, line)
+
+
+def stream_calls(program, calls: list[tuple[str, dict]], session: str | None = None) -> list:
+    """``calls`` ([(method, fields)]) as the server sends them on one stream of ``program``'s
+    current session (or of ``session``), each in its own stream message, through the party's
+    own service (frames, decoding, dispatch, refusal status): the decoded replies; a refusal or
+    failure raises :class:`Aborted` with its status and line."""
+    from vfl_lightning.runtime.grpc_channel import bundle, encode_call
+    from vfl_lightning.runtime.grpc_schema import SESSION
+    from vfl_lightning.wire.frames import decode_frame
+
+    opened = session or program.session.session
+    messages = [bundle([encode_call("Open", {"session": opened})])]
+    messages += [bundle([encode_call(method, fields)]) for method, fields in calls]
+    service = program.handlers()
+    replies = list(service.stream(iter(messages), ServerContext(program.config.server_name)))
+    answered = ["Open"] + [method for method, _ in calls if SESSION[method][1] is not None]
+    return [
+        decode_frame(reply, SESSION[method][1] or {}, method)
+        for method, reply in zip(answered, replies, strict=True)
+    ][1:]

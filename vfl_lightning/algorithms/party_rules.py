@@ -145,6 +145,8 @@ class PartyGuard:
 
     def check_round(self, call: str, stage: str, round: int) -> str:
         """The stream of ``round``, which must be one of ``stage``'s and above its last round."""
+        if stage not in STAGE_STREAMS:
+            raise self.refusal(call, f"it releases rows of {tuple(STAGE_STREAMS)}, not {stage!r}")
         if isinstance(round, bool) or not isinstance(round, int | np.integer):
             raise self.refusal(call, f"a release round is an integer, got {round!r}")
         stream = round_stream(int(round))

@@ -58,7 +58,7 @@ class AsyncPartySession(PartySession):
         return {"embedding": embedding}
 
     def embed_rows(self, fields: dict) -> dict:
-        rows = release_rows(fields["idx"])
+        rows = release_rows(self.indices(fields["idx"]))
         self.own.guard.check_release("embed_rows", "train", None, rows, None)
         self.own.model.train(True)
         embedding = self.own.embedding(self.rows("train", fields["idx"]))
@@ -80,7 +80,7 @@ class AsyncPartySession(PartySession):
                 if relayed is not None
                 else "a ZOO query without the simulation's stream (seeds: derived)"
             )
-        rows = release_rows(fields["idx"])
+        rows = release_rows(self.indices(fields["idx"]))
         self.own.guard.check_release("client_message", "train", None, rows, None)
         x = self.rows("train", fields["idx"])
         self.own.model.train(True)

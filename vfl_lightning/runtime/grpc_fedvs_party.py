@@ -111,8 +111,20 @@ class FedVSPartySession(PartySession):
         return {"bits": int(bits), "shares": sealed_list(self.seal, "data", (), shares)}
 
     def collect_data(self, fields: dict) -> dict:
-        self.data_shares = self.gathered(self.inbox.pop("data"), "data", (), fields["shares"], 1)
+        own = self.shared("data", "ShareData")
+        self.data_shares = self.gathered(own, "data", (), fields["shares"], 1)
         return {}
+
+    def shared(self, key: str, call: str) -> torch.Tensor:
+        """Its own share of what it shared last (``call``), taken once: the other clients'
+        shares are collected once for each of its own."""
+        own = self.inbox.pop(key, None)
+        if own is None:
+            raise self.refuse(
+                f"shares to collect for {key!r} with no {call} of its own awaiting them (it "
+                "collects once after each share)"
+            )
+        return own
 
     # ----------------------------------------------------------------- one round
     def share_model(self, fields: dict) -> dict:
@@ -166,7 +178,7 @@ class FedVSPartySession(PartySession):
     def update(self, fields: dict) -> dict:
         """Lines 32-35: back-propagate (1/N) dL/dH through its plaintext embedding of rows
         ``idx``, step, project."""
-        self.own.guard.check_rows("update", "train", release_rows(fields["idx"]))
+        self.own.guard.check_rows("update", "train", release_rows(self.indices(fields["idx"])))
         x = self.rows("train", fields["idx"])
         self.own.model.train()
         self.own.keep(x, self.own.forward(x))
@@ -179,7 +191,7 @@ class FedVSPartySession(PartySession):
     def plain_embedding(self, fields: dict) -> dict:
         """A baseline's plain embedding of rows ``idx`` (Wait-DP: with its noise); a coded
         client's guard refuses it; exchanges strictly increase."""
-        guard, rows = self.own.guard, release_rows(fields["idx"])
+        guard, rows = self.own.guard, release_rows(self.indices(fields["idx"]))
         noise = None if self.dp is None else self.dp.noise_multiplier
         guard.check_release("plain_embedding", "train", None, rows, noise)
         guard.step("plain_embedding", "exchange", fields["exchange"])
@@ -248,7 +260,7 @@ class FedVSPartySession(PartySession):
 
     def collect_eval_data(self, fields: dict) -> dict:
         stage = fields["stage"]
-        own = self.inbox.pop(stage)
+        own = self.shared(stage, "ShareEvalData")
         self.eval_shares[stage] = self.gathered(own, "eval_data", (stage,), fields["shares"], 1)
         return {}
 

@@ -206,12 +206,18 @@ class PartySession:
         return {"message": reply}
 
     # ----------------------------------------------------------------- every protocol
+    def indices(self, idx) -> torch.Tensor:
+        """Row indices as the server must send them, a 1-d int64 tensor: anything else is
+        refused before a rule or the budget reads them."""
+        if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 or idx.dim() != 1:
+            raise self.refuse("row indices are a 1-d int64 tensor")
+        return idx
+
     def rows(self, stage: str, idx) -> torch.Tensor:
         if stage not in SPLITS:
             raise self.refuse(f"it embeds rows of {SPLITS}, not {stage!r}")
         features = self.features[stage]
-        if idx.dtype != torch.int64 or idx.dim() != 1:
-            raise self.refuse("row indices are a 1-d int64 tensor")
+        idx = self.indices(idx)
         if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= len(features)):
             raise self.refuse(f"row indices lie in [0, {len(features)}) for the {stage} split")
         return features[idx]
@@ -239,7 +245,7 @@ class PartySession:
         """(its embedding of rows ``idx`` of ``stage``, what records the release): its guard
         checks the release first; a training forward is kept for its update once recorded (the
         same steps as a Ray actor's release)."""
-        rows = release_rows(idx)
+        rows = release_rows(self.indices(idx))
         if stage not in SPLITS:
             raise self.refuse(f"it embeds rows of {SPLITS}, not {stage!r}")
         if self.aligned_features is None:

@@ -91,12 +91,14 @@ def _topk_tensor(form: list) -> torch.Tensor:
         and isinstance(values, torch.Tensor)
         and indices.dim() == values.dim() == 1
         and len(indices) == len(values) <= count
+        and indices.dtype == torch.int64
         and values.dtype == torch.float32
         and (not len(indices) or (int(indices.min()) >= 0 and int(indices.max()) < count))
     )
     if not valid:
         raise FrameError(
-            f"a topk message of shape {shape} carries in-range indices and as many float32 values"
+            f"a topk message of shape {shape} carries in-range int64 indices and as many float32 "
+            "values"
         )
     flat = torch.zeros(count, dtype=torch.float32)
     flat[indices] = values

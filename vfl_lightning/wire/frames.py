@@ -40,6 +40,9 @@ NUMPY_DTYPES = {
 NATIVE = {dtype: np.dtype(code).newbyteorder("=") for dtype, code in NUMPY_DTYPES.items()}
 ITEMSIZE = {dtype: torch.empty((), dtype=dtype).element_size() for dtype in DTYPES.values()}
 MAX_DIMS = 8
+MAX_DEPTH = 16
+"""The deepest nesting of lists a frame decodes, and of a JSON field's arrays and objects."""
+TOO_DEEP = f"a frame nests lists (or a JSON field arrays and objects) more than {MAX_DEPTH} deep"
 
 NONE, FALSE, TRUE, INT, FLOAT, STR, BYTES, TENSOR, PACKED, LIST, JSON = range(11)
 KINDS = {
@@ -224,7 +227,21 @@ class _Reader:
         return tuple(self.varint() for _ in range(ndim))
 
 
-def _decode_value(reader: _Reader):
+def nesting(value) -> int:
+    """How deeply ``value`` (decoded JSON) nests lists and dicts (a scalar: 0)."""
+    deepest, pending = 0, [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, list | dict):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:
+                children = item.values() if isinstance(item, dict) else item
+                pending.extend((child, depth) for child in children)
+    return deepest
+
+
+def _decode_value(reader: _Reader, depth: int = 0):
     tag = reader.byte()
     if tag == NONE:
         return tag, None
@@ -240,9 +257,16 @@ def _decode_value(reader: _Reader):
         try:
             if tag == BYTES:
                 return tag, raw
-            return tag, raw.decode() if tag == STR else json.loads(raw.decode())
+            if tag == STR:
+                return tag, raw.decode()
+            value = json.loads(raw.decode())
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise FrameError(f"a text field is not valid: {error}") from None
+        except RecursionError:
+            raise FrameError(TOO_DEEP) from None
+        if nesting(value) > MAX_DEPTH:
+            raise FrameError(TOO_DEEP)
+        return tag, value
     if tag == TENSOR:
         code = reader.byte()
         dtype = DTYPES.get(code)
@@ -268,7 +292,9 @@ def _decode_value(reader: _Reader):
         count = reader.varint()
         if count > len(reader.view) - reader.at:
             raise FrameError("a list is longer than the frame")
-        return tag, [_decode_value(reader)[1] for _ in range(count)]
+        if depth >= MAX_DEPTH:
+            raise FrameError(TOO_DEEP)
+        return tag, [_decode_value(reader, depth + 1)[1] for _ in range(count)]
     raise FrameError(f"unknown value tag {tag}")
 
 

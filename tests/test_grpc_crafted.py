@@ -1,0 +1,99 @@
+"""A server that crafts the fields of the calls it sends a party program: each call below goes
+through the party's own service (frame decoding, dispatch, its session's checks) as the server's
+stream carries it, and must end in the party's one-line refusal (``PERMISSION_DENIED``, a line
+starting ``party 0 refuse``), never in a failure of the party's code (``INTERNAL``, a Python
+exception's text): row indices of another dtype, a sparse gradient with float indices, an
+evaluation restart of a stage the party has no stream of, FedVS shares collected before or
+after the party shared its own, frames nested deeper than any message of the schema."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+import torch
+
+pytest.importorskip("grpc")
+
+from grpc_parties import Aborted, ServerContext, session_of, stream_calls  # noqa: E402
+
+from vfl_lightning.runtime.grpc_channel import bundle  # noqa: E402
+from vfl_lightning.wire.frames import MAX_DEPTH, FrameError, decode_frame  # noqa: E402
+
+NPQ = ["algo=npq", "data=breast_cancer", "data.num_parties=2"]
+CASCADE = ["experiment=cascade_digits", "data=breast_cancer", "data.num_parties=2"]
+
+
+def refusal(program, calls: list[tuple[str, dict]]) -> str:
+    """The one line with which the party refused the last of ``calls`` (the others answered)."""
+    with pytest.raises(Aborted) as aborted:
+        stream_calls(program, calls)
+    code, line = aborted.value.code, aborted.value.line
+    assert code == grpc.StatusCode.PERMISSION_DENIED, (code, line)
+    assert line.startswith("party 0 refuse") and "\n" not in line, line
+    return line
+
+
+def test_crafted_row_indices_and_gradients_are_refused_in_one_line(tmp_path):
+    program, session = session_of(tmp_path, NPQ)
+    indices = "party 0 refuses: row indices are a 1-d int64 tensor"
+    for idx in (torch.arange(4).to(torch.bfloat16), torch.arange(4).float(), torch.zeros(2, 2)):
+        send = {"idx": idx, "stage": "train", "round": 0}
+        assert refusal(program, [("Send", send)]) == indices
+    # a sparse (top-k) gradient whose indices are floats: refused before it is expanded
+    release = ("Send", {"idx": torch.arange(4), "stage": "train", "round": 0})
+    topk = ["topk", [4, session.width], torch.tensor([1.0]), torch.tensor([1.0])]
+    line = refusal(
+        program, [release, ("ApplyGradient", {"gradient": topk, "fresh": False, "mu": 0.0})]
+    )
+    assert "in-range int64 indices and as many float32 values" in line
+    # an evaluation restart of a stage it has no stream of
+    line = refusal(program, [("RestartStream", {"stage": "holdout", "release": 1})])
+    assert line == (
+        "party 0 refused restart_stream: it releases rows of ('train', 'val', 'test', "
+        "'predict'), not 'holdout'"
+    )
+
+
+def test_an_asynchronous_client_refuses_crafted_row_indices(tmp_path):
+    program, _ = session_of(tmp_path, CASCADE)
+    indices = "party 0 refuses: row indices are a 1-d int64 tensor"
+    bad = torch.arange(4).to(torch.bfloat16)
+    assert refusal(program, [("EmbedRows", {"idx": bad})]) == indices
+    query = {"idx": bad, "zoo": True, "stream": None}
+    assert refusal(program, [("ClientMessage", query)]) == indices
+
+
+def test_a_fedvs_client_collects_shares_once_after_sharing_its_own(tmp_path):
+    program, session = session_of(tmp_path, ["experiment=fedvs_digits"])
+    for call in [
+        ("CollectData", {"shares": []}),
+        ("CollectEvalData", {"stage": "val", "shares": []}),
+        ("CollectEvalData", {"stage": "holdout", "shares": []}),
+    ]:
+        line = refusal(program, [call])
+        assert "with no Share" in line and "of its own awaiting them" in line, line
+    indices = "party 0 refuses: row indices are a 1-d int64 tensor"
+    gradient = ["dense", torch.zeros(4, session.width)]
+    update = {"idx": torch.arange(4).to(torch.bfloat16), "gradient": gradient}
+    assert refusal(program, [("Update", update)]) == indices
+
+
+def test_a_frame_nested_deeper_than_any_message_is_refused(tmp_path):
+    program, _ = session_of(tmp_path, NPQ)
+    lists = b"\x01\x01" + b"\x09\x01" * 5000 + b"\x00"  # a list in a list ... 5000 deep
+    text = b"[" * 5000 + b"]" * 5000
+    json = b"\x01\x01\x0a" + bytes([0x90, 0x4E]) + text  # one JSON field of 10000 bytes
+    for frame in (lists, json):
+        with pytest.raises(FrameError, match=f"more than {MAX_DEPTH} deep"):
+            decode_frame(frame, {"answer": "list" if frame is lists else "json"})
+        call = bytes([6]) + b"Answer" + frame
+        service = program.handlers()
+        with pytest.raises(Aborted) as aborted:
+            list(service.stream(iter([bundle([call])]), ServerContext(program.config.server_name)))
+        assert aborted.value.code == grpc.StatusCode.PERMISSION_DENIED
+        assert f"more than {MAX_DEPTH} deep" in aborted.value.line
+    shallow = b"\x01\x01" + b"\x09\x01" * MAX_DEPTH + b"\x00"
+    nested = decode_frame(shallow, {"answer": "list"})["answer"]
+    for _ in range(MAX_DEPTH):
+        nested = nested[0]
+    assert nested is None
