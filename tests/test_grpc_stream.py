@@ -123,3 +123,66 @@ def test_the_streams_run_in_a_thread_that_runs_an_event_loop(deployment, program
             parties.close()
 
     asyncio.run(inside_a_loop())
+
+
+def openmp_threads():
+    """A function giving the calling thread's OpenMP thread count, read from the OpenMP runtime
+    of torch's own package (before torch applies its own setting to that thread); None without
+    one (other packages may load OpenMP runtimes of their own)."""
+    import ctypes
+    import os
+
+    import torch
+
+    own = os.path.dirname(torch.__file__) + os.sep
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if own in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        if os.path.basename(path).startswith(("libgomp", "libomp", "libiomp")):
+            return ctypes.CDLL(path).omp_get_max_threads
+    return None
+
+
+def test_a_party_program_s_calls_run_with_its_own_intra_op_threads(deployment):  # noqa: F811
+    """gRPC runs a party's calls on worker threads; OpenMP keeps the thread count per thread
+    and a new thread starts from the process default, not from what the program's main thread
+    set. Each worker starts with the party's configured ``threads``."""
+    import dataclasses
+    import threading
+
+    import torch
+
+    probe = openmp_threads()
+    if probe is None:
+        pytest.skip("torch loaded no OpenMP runtime here")
+    fresh = []
+    thread = threading.Thread(target=lambda: fresh.append(probe()))
+    thread.start()
+    thread.join()
+    threads = fresh[0] + 1  # differs from what a new thread starts with
+    config = read_party_config(deployment / "party_0.yaml")
+    before = torch.get_num_threads()
+    seen = []
+    try:
+        program = PartyProgram(dataclasses.replace(config, threads=threads))
+        hello = program.hello
+
+        def probing(fields: dict) -> dict:
+            seen.append(probe())
+            return hello(fields)
+
+        program.hello = probing
+        server = credentials(deployment / "certs", "server")
+        channel = PartyChannel(0, f"127.0.0.1:{program.start()}", server, timeout_s=30)
+        try:
+            assert channel.call("Hello", {})["party"] == 0
+        finally:
+            channel.close()
+            program.stop(0, "")
+            program.wait()
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [threads]

@@ -211,14 +211,22 @@ class PartyService:
 
 
 def start_server(
-    handler: grpc.GenericRpcHandler, address: str, credentials: Credentials, *, workers: int = 8
+    handler: grpc.GenericRpcHandler,
+    address: str,
+    credentials: Credentials,
+    *,
+    workers: int = 8,
+    initializer: Callable[[], None] | None = None,
 ) -> tuple[grpc.Server, int]:
     """A started gRPC server for ``handler`` on ``address`` (``host:port``; port 0: any free
-    one), requiring client certificates of the CA; returns (server, bound port). A port that
-    cannot be bound is one ConfigError."""
+    one), requiring client certificates of the CA; returns (server, bound port). The handlers
+    run on a pool of ``workers`` threads, each running ``initializer`` first (per-thread
+    settings, such as the intra-op thread count, are not inherited from the thread that
+    started the server). A port that cannot be bound is one ConfigError."""
     from concurrent.futures import ThreadPoolExecutor
 
-    server = grpc.server(ThreadPoolExecutor(max_workers=workers), options=OPTIONS)
+    pool = ThreadPoolExecutor(max_workers=workers, initializer=initializer)
+    server = grpc.server(pool, options=OPTIONS)
     server.add_generic_rpc_handlers((handler,))
     tls = grpc.ssl_server_credentials(
         [(credentials.key, credentials.certificate)],

@@ -184,6 +184,13 @@ class PartyProgram:
         )
 
     # ----------------------------------------------------------------- serving
+    def worker_threads(self) -> None:
+        """Run at the start of each of gRPC's worker threads, where the calls run: the party's
+        ``threads`` intra-op threads there too. OpenMP keeps the count per thread and a new
+        thread starts from the process default (``OMP_NUM_THREADS`` or every core), so
+        without this a call's BLAS work could fan out on threads the party did not allow."""
+        torch.set_num_threads(self.config.threads)
+
     def stop(self, code: int, line: str) -> None:
         if self.exit_code is None:
             self.exit_code, self.exit_line = code, line
@@ -216,7 +223,9 @@ class PartyProgram:
     def start(self, port_file: Path | None = None) -> int:
         """Serve the party service and watch for a quiet server; returns the bound port."""
         handler = self.handlers().handler()
-        self.server, port = start_server(handler, self.config.listen, self.credentials)
+        self.server, port = start_server(
+            handler, self.config.listen, self.credentials, initializer=self.worker_threads
+        )
         host = self.config.listen.rpartition(":")[0]
         if port_file is not None:
             port_file.write_text(f"{port}\n")
