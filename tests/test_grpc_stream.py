@@ -186,3 +186,29 @@ def test_a_party_program_s_calls_run_with_its_own_intra_op_threads(deployment): 
     finally:
         torch.set_num_threads(before)
     assert seen == [threads]
+
+
+def test_the_stream_loop_waits_for_a_wake_or_its_timeout():
+    """``until`` returns True once a wake finds the condition true (checked at each wake, not
+    before), and False when the timeout passes first, also with a zero timeout."""
+    from vfl_lightning.runtime.grpc_stream import StreamLoop
+
+    loop = StreamLoop()
+    try:
+        state = {"done": False, "wakes": 0}
+
+        def wake(done: bool) -> None:
+            state["wakes"] += 1
+            state["done"] = done
+            loop.wake()
+
+        loop.loop.call_soon(wake, False)  # a wake that finds it not done yet
+        loop.loop.call_later(0.01, wake, True)
+        assert loop.until(lambda: state["done"], 30.0)
+        assert state["wakes"] == 2
+        assert not loop.until(lambda: False, 0.01)
+        assert not loop.until(lambda: False, 0.0)
+        assert loop.until(lambda: True, 0.0)
+        assert loop.waiter is None
+    finally:
+        loop.close()

@@ -22,7 +22,7 @@ import torch
 from vfl_lightning.algorithms.parties import Parties
 from vfl_lightning.data.alignment import AlignmentReport, align_with_parties
 from vfl_lightning.errors import ConfigError, PartyLost
-from vfl_lightning.runtime.grpc_channel import PartyChannel, PartyFailure
+from vfl_lightning.runtime.grpc_channel import PartyChannel, PartyFailure, encode_call
 from vfl_lightning.runtime.grpc_stream import Arrivals, PartyStream, StreamLoop
 from vfl_lightning.runtime.socket_bytes import SocketBytes
 from vfl_lightning.wire.codecs import Codec, decode_form
@@ -145,9 +145,13 @@ class GrpcParties(Parties):
         ``hold``: a call without a reply goes out with the party's next call (one stream message
         a round: the update, then the next release)."""
         self.traffic.enter(training)
-        per_party = fields if isinstance(fields, list) else [fields] * len(self.streams)
-        for stream, f in zip(self.streams, per_party, strict=True):
-            stream.send(method, f, hold=hold)
+        if isinstance(fields, list):
+            for stream, f in zip(self.streams, fields, strict=True):
+                stream.send(method, f, hold=hold)
+            return
+        data = encode_call(method, fields)  # the same bytes to every party, encoded once
+        for stream in self.streams:
+            stream.send_encoded(method, data, hold=hold)
 
     def call_all(self, method: str, fields: dict | list[dict], *, training: bool = False):
         """``method`` at every party at once; every reply, in party order."""

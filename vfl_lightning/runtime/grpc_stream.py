@@ -51,7 +51,7 @@ class StreamLoop:
         self.run(self.started())
 
     async def started(self) -> None:
-        self.changed = asyncio.Event()
+        self.waiter: asyncio.Future | None = None
 
     def run(self, coroutine, timeout_s: float | None = None):
         """Run ``coroutine`` on the loop; its result."""
@@ -60,11 +60,12 @@ class StreamLoop:
         return self.loop.run_until_complete(coroutine)
 
     def submit(self, function, *args) -> None:
-        """``function(*args)`` on the loop, at its next turn."""
+        """``function(*args)`` on the loop: at its next turn where it runs on a thread of its own,
+        else now (the loop is not running; what it wakes runs when it next runs)."""
         if self.threaded:
             self.loop.call_soon_threadsafe(function, *args)
         else:
-            self.loop.call_soon(function, *args)
+            function(*args)
 
     def poll(self) -> None:
         """Let the loop handle what has arrived (it runs by itself where ``threaded``)."""
@@ -76,15 +77,32 @@ class StreamLoop:
         return self.run(self.wait(done, timeout_s))
 
     async def wait(self, done, timeout_s: float) -> bool:
-        deadline = self.loop.time() + timeout_s
-        while not done():
-            self.changed.clear()
-            remaining = deadline - self.loop.time()
-            if remaining <= 0:
-                return False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), remaining)
+        """Wait until ``done()`` (True) or ``timeout_s`` passed (False); it is checked again each
+        time :meth:`wake` is called (a reply arrived, a stream ended) and at the timeout."""
+        if done():
+            return True
+        expired: list[bool] = []
+
+        def expire() -> None:
+            expired.append(True)
+            self.wake()
+
+        timer = self.loop.call_later(max(0.0, timeout_s), expire)
+        try:
+            while not done():
+                if expired:
+                    return False
+                self.waiter = self.loop.create_future()
+                await self.waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
         return True
+
+    def wake(self) -> None:
+        """Let :meth:`wait` check its condition again (on the loop)."""
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
 
     def close(self) -> None:
         if self.loop.is_closed():
@@ -186,7 +204,7 @@ class PartyStream:
         self.replies.append(data)
         if self.arrivals is not None:
             self.arrivals.put(self.party)
-        self.loop.changed.set()
+        self.loop.wake()
 
     async def closed(self, timeout_s: float) -> None:
         with contextlib.suppress(Exception):
@@ -198,7 +216,11 @@ class PartyStream:
 
     # ----------------------------------------------------------------- the caller's side
     def send(self, method: str, fields: dict, *, hold: bool = False) -> None:
-        data = encode_call(method, fields)
+        self.send_encoded(method, encode_call(method, fields), hold=hold)
+
+    def send_encoded(self, method: str, data: bytes, *, hold: bool = False) -> None:
+        """:meth:`send` of a call already encoded (:func:`encode_call`; one encoding may go to
+        several parties)."""
         self.channel.sent += 4 + len(data)
         self.channel.last_call = time.monotonic()
         self.held.append(data)
