@@ -4,7 +4,9 @@ certificates folder, the parties' addresses)."""
 
 from __future__ import annotations
 
+import re
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from vfl_lightning.party import main as party_main  # noqa: E402
 from vfl_lightning.party import write_party_config  # noqa: E402
 
 OVERRIDES = ["algo=npq", "data=breast_cancer", "data.num_parties=2"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +99,106 @@ def test_a_port_in_use_is_one_line(capsys, files, tmp_path):
         taken.close()
     assert line.startswith(f"error: listen=127.0.0.1:{port} cannot be bound")
     assert "the port is in use" in line
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "state_dir: {files}/state",
+            "state_dir: /etc/hostname/state",
+            r"state_dir=/etc/hostname/state cannot be used: \[Errno 20\] Not a directory: "
+            r"'/etc/hostname/state'; choose a directory this program can create and write",
+        ),
+        (
+            "embedding_dim: 16",
+            "embedding_dim: -3",
+            r"model.embedding_dim must be an integer >= 1, ",
+        ),
+        (
+            "embedding_dim: 16",
+            "embedding_dim: 16\n  embeding_dim: 8",
+            r"model.embeding_dim is not a config key \(model \(vfl_lightning.models.MLPEncoder\) "
+            r"takes .*embedding_dim.*\); check the spelling of 'embeding_dim', or drop it from "
+            r"this file$",
+        ),
+        (
+            "vfl_lightning.models.MLPEncoder",
+            "os.system",
+            r"model._target_=os.system is a builtin_function_or_method, not a subclass of "
+            r"torch.nn.Module: name one there",
+        ),
+        ("lr: 0.01", "lr: fast", r"optimizer.lr must be a finite number >= 0, got 'fast'$"),
+        ("fusion: sum", "fusion: sum\n  beta: 0.1", r"mechanism.beta is not a config key"),
+        (
+            "vfl_lightning.algorithms.SyncVFL",
+            "vfl_lightning.algorithms.Nope",
+            r"protocol._target_=vfl_lightning.algorithms.Nope cannot be imported \(module "
+            r"'vfl_lightning.algorithms' has no attribute 'Nope'\)",
+        ),
+        (
+            "name: npq",
+            "name: npq\n  server_lr: 0.5",
+            r"protocol.server_lr=0.5 is the server's setting \(train.py's algo.server_lr\), which "
+            r"no party agrees to or checks: drop it from this file \(a party's protocol node "
+            r"takes _target_, name\)$",
+        ),
+        (
+            "listen: 127.0.0.1:0",
+            "listen: nohost.invalid:0",
+            r"listen=nohost.invalid:0: the host 'nohost.invalid' does not resolve .*: listen on "
+            r"this machine's address or name, or 0.0.0.0:0 \(every address\)$",
+        ),
+        (
+            "listen: 127.0.0.1:0",
+            "listen: 192.0.2.1:0",
+            r"listen=192.0.2.1:0 cannot be bound \(Cannot assign requested address\): the address "
+            r"is not this machine's",
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) and len(value) < 40 else None,
+)
+def test_a_bad_party_setting_is_one_line_before_it_listens(
+    capsys, monkeypatch, files, tmp_path, old, new, message
+):
+    """Each node by train.py's rules, the protocol's settings, the state directory and the listen
+    address: refused before the program listens (its start would print the listening line)."""
+    from vfl_lightning.runtime import party_program
+
+    def start(*args, **kwargs):
+        raise AssertionError("the party program started listening")
+
+    monkeypatch.setattr(party_program.PartyProgram, "start", start)
+    path = edited(files, tmp_path, old.format(files=files), new)
+    line = party_error(capsys, ["serve", "--config", str(path)])
+    assert line.startswith(f"error: {path}: ") or line.startswith("error: listen="), line
+    assert re.search(message, line), line
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        *([f"algo={path.stem}"] for path in sorted((ROOT / "conf" / "algo").glob("*.yaml"))),
+        ["experiment=fedvs_digits"],
+        ["experiment=fedbcd_mnist_cnn"],
+        ["algo=pbm", "party=cnn", "optimizer=adam"],
+    ],
+    ids=" ".join,
+)
+def test_what_init_writes_passes_the_checks_of_serve(tmp_path, overrides):
+    from vfl_lightning.run.party_checks import checked
+
+    path = write_party_config(
+        tmp_path / "party.yaml",
+        overrides,
+        party=0,
+        listen="127.0.0.1:0",
+        certs=tmp_path,
+        data=tmp_path / "party_0.npz",
+        state_dir=tmp_path / "state",
+    )
+    config = checked(path)
+    assert config.protocol["_target_"] and "transcript_size" not in config.protocol
 
 
 def test_the_certificate_command_refuses_no_parties(capsys, tmp_path):

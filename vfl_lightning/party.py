@@ -43,6 +43,7 @@ def write_party_config(
     from vfl_lightning.algorithms.party_policy import PartyPolicy
     from vfl_lightning.data.export import compose_run_config
     from vfl_lightning.mechanisms.certificates import SERVER_NAME, party_files
+    from vfl_lightning.run.key_index import locate
     from vfl_lightning.runtime.party_config import check_address
 
     check_address(listen, "--listen", "")
@@ -50,6 +51,10 @@ def write_party_config(
 
     def node(name: str) -> dict:
         return OmegaConf.to_container(cfg[name], resolve=True)
+
+    # a party agrees to the protocol's PARTY_SETTINGS; the rest of algo is the server's
+    settings = getattr(locate(cfg.algo._target_), "PARTY_SETTINGS", ("_target_", "name"))
+    protocol = {key: value for key, value in node("algo").items() if key in settings}
 
     certificate, key = party_files(party)
     certs = Path(certs).resolve()
@@ -66,7 +71,7 @@ def write_party_config(
         "state_dir": str(Path(state_dir).resolve()),
         "seeds": seeds,
         "seed": int(cfg.seed) if seeds == "derived" else None,
-        "protocol": node("algo"),
+        "protocol": protocol,
         "model": node("party"),
         "optimizer": node("optimizer"),
         "mechanism": node("mechanism"),
@@ -153,10 +158,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"wrote {written}")
             return 0
-        from vfl_lightning.runtime.party_config import read_party_config
+        from vfl_lightning.run.party_checks import checked
         from vfl_lightning.runtime.party_program import PartyProgram
 
-        program = PartyProgram(read_party_config(args.config))
+        program = PartyProgram(checked(args.config))
         return program.serve(args.port_file)
     except Exception as error:
         code = exit_code(error)
