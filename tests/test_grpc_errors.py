@@ -175,6 +175,14 @@ def test_a_bad_party_setting_is_one_line_before_it_listens(
     assert re.search(message, line), line
 
 
+def test_a_data_file_that_is_not_an_npz_of_arrays_names_the_export_command(capsys, files, tmp_path):
+    (tmp_path / "rows.csv").write_text("id,a\n1,2\n")
+    path = edited(files, tmp_path, f"data: {files}/data/party_0.npz", f"data: {tmp_path}/rows.csv")
+    line = party_error(capsys, ["serve", "--config", str(path)])
+    assert line.startswith(f"error: data={tmp_path}/rows.csv cannot be read as a numpy .npz file")
+    assert line.endswith("python -m vfl_lightning.data.export writes one (ids and x)"), line
+
+
 @pytest.mark.parametrize(
     "overrides",
     [

@@ -39,7 +39,10 @@ def read_own_data(path: Path) -> OwnData:
             arrays = {key: archive[key] for key in archive.files}
     except (OSError, ValueError) as error:
         reason = " ".join(str(error).split())[:200]
-        raise ConfigError(f"data={path} cannot be read as a numpy .npz file: {reason}") from None
+        raise ConfigError(
+            f"data={path} cannot be read as a numpy .npz file ({reason}): python -m "
+            "vfl_lightning.data.export writes one (ids and x)"
+        ) from None
     ids, x = arrays.get("ids"), arrays.get("x")
     if ids is None or x is None:
         raise ConfigError(
