@@ -254,6 +254,37 @@ def test_server_with_bad_party_addresses_is_one_line(
     assert message in line
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["runtime.parties=[nohost.invalid:1,127.0.0.1:2]"],
+            r"^error: runtime.parties\[0\]=nohost.invalid:1: the host 'nohost.invalid' does not "
+            r"resolve \(.*\): write party 0's program address as host:port",
+        ),
+        (
+            ["runtime.parties=[127.0.0.1:1,127.0.0.1:2]", "+runtime.conect_timeout_s=5"],
+            r"^error: runtime.conect_timeout_s is not a config key \(runtime=grpc takes "
+            r"call_timeout_s, certs, connect_timeout_s, .*\); check the spelling",
+        ),
+        # the count is compared before the server waits for any party (none listens here)
+        (
+            [
+                "runtime.parties=[127.0.0.1:1,127.0.0.1:2,127.0.0.1:3]",
+                "runtime.connect_timeout_s=20",
+            ],
+            r"^error: runtime.parties lists 3 party programs, the data has 2 parties: list one "
+            r"host:port per party$",
+        ),
+    ],
+)
+def test_server_with_a_wrong_runtime_setting_is_one_line(
+    make_cfg, capsys, monkeypatch, files, overrides, message
+):
+    line = server_error(make_cfg, capsys, monkeypatch, *overrides, f"runtime.certs={files}/certs")
+    assert re.search(message, line), line
+
+
 def test_a_policy_on_the_server_command_is_one_line(make_cfg, capsys, monkeypatch, files):
     """Each party program enforces the policy of its own file: the server's is refused, not
     silently dropped."""

@@ -55,10 +55,15 @@ def test_a_party_not_up_is_one_line_after_a_bounded_wait(make_cfg, capsys, monke
     started = time.monotonic()
     with pytest.raises(SystemExit) as stop:
         cli.main(cfg)
-    assert stop.value.code == 1 and time.monotonic() - started < 60
+    assert stop.value.code == 2 and time.monotonic() - started < 60
     line = capsys.readouterr().err.splitlines()[-1]
     assert line.startswith(
-        f"error: party 0 at 127.0.0.1:{ports[0]} is not reachable over mutual TLS after 1 s ("
+        f"error: runtime.parties[0]=127.0.0.1:{ports[0]}: party 0 is not reachable over mutual "
+        "TLS within runtime.connect_timeout_s=1 ("
+    )
+    assert line.endswith(
+        "): start party 0's program there (its certificate must name party-0, from the CA in "
+        "runtime.certs), or correct the address"
     )
     results = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
     assert results["status"] == "failed" and results["error"] == line.removeprefix("error: ")

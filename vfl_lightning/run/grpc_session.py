@@ -21,6 +21,17 @@ from vfl_lightning.run.runtimes import LocalRuntime, party_policy
 log = logging.getLogger(__name__)
 
 CERT_FILES = ("ca.pem", "server.pem", "server.key")
+SETTINGS = (
+    "name",
+    "parties",
+    "certs",
+    "party_seeds",
+    "connect_timeout_s",
+    "call_timeout_s",
+    "heartbeat_s",
+)
+"""The keys of ``runtime=grpc`` (conf/runtime/grpc.yaml): the runtime class takes any, so an
+added key (``+runtime.conect_timeout_s=5``) is refused here rather than ignored."""
 
 
 def _positive(cfg: DictConfig, key: str) -> float:
@@ -53,6 +64,23 @@ def party_addresses(cfg: DictConfig) -> list[str]:
     return [str(address) for address in parties]
 
 
+def check_party_hosts(parties: list[str]) -> None:
+    """Every party's host resolves (a misspelt name is answered now, not after
+    ``runtime.connect_timeout_s``)."""
+    import socket
+
+    for m, address in enumerate(parties):
+        host, _, port = address.rpartition(":")
+        try:
+            socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as error:
+            raise ConfigError(
+                f"runtime.parties[{m}]={address}: the host {host!r} does not resolve ({error}): "
+                f"write party {m}'s program address as host:port (runtime.parties lists them in "
+                "party order)"
+            ) from None
+
+
 def certs_dir(cfg: DictConfig) -> Path:
     """``runtime.certs``: the folder of the server's TLS files (ca.pem, server.pem, server.key)."""
     certs = cfg.runtime.get("certs")
@@ -73,7 +101,14 @@ def certs_dir(cfg: DictConfig) -> Path:
 
 def check_grpc_runtime(cfg: DictConfig, algo: type) -> None:
     """What ``runtime=grpc`` refuses before anything is built, one line each."""
-    party_addresses(cfg)
+    unknown = [str(key) for key in cfg.runtime if key not in ("_target_", *SETTINGS)]
+    if unknown:
+        raise ConfigError(
+            f"runtime.{unknown[0]} is not a config key (runtime=grpc takes "
+            f"{', '.join(sorted(SETTINGS))}); check the spelling of {unknown[0]!r}, or drop the "
+            "override"
+        )
+    check_party_hosts(party_addresses(cfg))
     certs_dir(cfg)
     for key in ("connect_timeout_s", "call_timeout_s", "heartbeat_s"):
         _positive(cfg, key)
@@ -169,8 +204,8 @@ class GrpcRuntime(LocalRuntime):
         check_grpc_runtime(cfg, protocol)
 
     def start(self, cfg: DictConfig) -> bool:
-        """Read the server's TLS files and reach every party (one line for the first that does
-        not answer within ``runtime.connect_timeout_s``)."""
+        """Read the server's TLS files and open a channel to every party (:meth:`attach` waits
+        for them)."""
         try:
             import grpc  # noqa: F401
         except ImportError as error:
@@ -193,10 +228,26 @@ class GrpcRuntime(LocalRuntime):
             PartyChannel(m, address, credentials, timeout_s=timeout)
             for m, address in enumerate(party_addresses(cfg))
         ]
+        return True
+
+    def wait_for_parties(self, cfg: DictConfig) -> None:
+        """Reach every party over mutual TLS; one line naming ``runtime.parties[m]`` for the
+        first that does not answer within ``runtime.connect_timeout_s`` (nothing ran: exit 2)."""
+        from vfl_lightning.errors import PartyLost
+
         wait = _positive(cfg, "connect_timeout_s")
         for channel in self.channels:
-            channel.wait_ready(wait)
-        return True
+            try:
+                channel.wait_ready(wait)
+            except PartyLost as lost:
+                m = channel.party
+                raise ConfigError(
+                    f"runtime.parties[{m}]={channel.address}: party {m} is not reachable over "
+                    f"mutual TLS within runtime.connect_timeout_s={wait:g} "
+                    f"({getattr(lost, 'reason', lost)}): start party {m}'s program there (its "
+                    f"certificate must name party-{m}, from the CA in runtime.certs), or correct "
+                    "the address"
+                ) from None
 
     def server_side(self, factory: PartyFactory):
         """The label holder's data module (ids and labels; party files: only server.npz is read)
@@ -224,6 +275,7 @@ class GrpcRuntime(LocalRuntime):
                 f"runtime.parties lists {len(self.channels)} party programs, the data has "
                 f"{module.num_parties} parties: list one host:port per party"
             )
+        self.wait_for_parties(cfg)
         if party_seeds(cfg) == "derived":
             log.warning(
                 "runtime.party_seeds=derived: every party's noise and keys of its streams are "

@@ -312,11 +312,13 @@ class PartyChannel:
             self.unary["Hello"](request, timeout=timeout_s, wait_for_ready=True)
         except grpc.RpcError as error:
             reason = describe_rpc_error(error)
-            raise PartyLost(
+            lost = PartyLost(
                 f"party {self.party} at {self.address} is not reachable over mutual TLS after "
                 f"{timeout_s:g} s ({error.code().name}: {reason}); is the party program running "
                 f"there, with a certificate naming {party_name(self.party)} from the same CA?"
-            ) from None
+            )
+            lost.reason = f"{error.code().name}: {reason}"
+            raise lost from None
 
     def aio_channel(self) -> grpc.aio.Channel:
         """A ``grpc.aio`` channel to the party with the same TLS (made on the running loop)."""
