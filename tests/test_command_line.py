@@ -94,6 +94,8 @@ CASES = [
     ),
     (["~sed"], r"^~sed removes sed, which the config does not have: did you mean ~seed\? "),
     (["hydra/launcher=foo"], rf"^hydra/launcher=foo is not an option of hydra/launcher: {OPTIONS}"),
+    # a list where a number goes: refused, and results.json still written (a ListConfig)
+    (["seed=[1,2]"], r"^seed must be an integer in \[0, 2\^32 - 1\], got \[1, 2\]$"),
 ]
 
 

@@ -143,10 +143,16 @@ def fail(line: str, code: int) -> None:
 def record(cfg: DictConfig, status: str, error: str, started: float) -> None:
     """results.json and the run's log for a run that stopped before :func:`train` took over."""
     output_dir = Path(str(OmegaConf.select(cfg, "paths.output_dir", default="") or "."))
+
+    def plain(key: str):
+        """The value as JSON takes it: a refused ``seed=[1,2]`` is a list, not a ListConfig."""
+        value = OmegaConf.select(cfg, key, default=None)
+        return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
     results = {
         "status": status,
-        "algo": OmegaConf.select(cfg, "algo.name", default=None),
-        "seed": cfg.get("seed"),
+        "algo": plain("algo.name"),
+        "seed": plain("seed"),
         "error": error,
         "time/wall_s": time.perf_counter() - started,
     }
