@@ -96,6 +96,11 @@ CASES = [
     (["hydra/launcher=foo"], rf"^hydra/launcher=foo is not an option of hydra/launcher: {OPTIONS}"),
     # a list where a number goes: refused, and results.json still written (a ListConfig)
     (["seed=[1,2]"], r"^seed must be an integer in \[0, 2\^32 - 1\], got \[1, 2\]$"),
+    (
+        ["attack=[feature_reconstruction,foo]"],
+        rf"^attack=foo is not an option of attack: {OPTIONS} direction_scoring, "
+        r"feature_reconstruction, label_inference",
+    ),
 ]
 
 

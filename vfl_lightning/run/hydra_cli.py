@@ -164,7 +164,8 @@ def _closest(word: str, candidates, prefix: str = "") -> str:
 def missing_option(error: MissingConfigException) -> str:
     """``algo=foo``: the group's options, and the closest one."""
     group, _, option = str(error.missing_cfg_file).rpartition("/")
-    if not group or not error.options:
+    options = error.options or group_files(group)  # a list (attack=[a,foo]) comes without them
+    if not group or not options:
         return _one_line(error)
     where = re.match(r"In '([^']+)':", str(error))
     chooser = where.group(1) if where else None
@@ -173,7 +174,14 @@ def missing_option(error: MissingConfigException) -> str:
     )
     return (
         f"{source}{group}={option} is not an option of {group}: "
-        f"{_closest(option, error.options, f'{group}=')}the options are {', '.join(error.options)}"
+        f"{_closest(option, options, f'{group}=')}the options are {', '.join(options)}"
+    )
+
+
+def group_files(group: str) -> list[str]:
+    """The options of config group ``group``: its YAML files in the app's config folders."""
+    return sorted(
+        {path.stem for folder in config_folders() for path in (folder / group).glob("*.yaml")}
     )
 
 
