@@ -232,6 +232,16 @@ BEFORE_FIT = [
     (["algo=cascade", "algo.zoo_space=weights"], r"^algo.zoo_space must be one of \('params'"),
     (["algo=cascade", "algo.mu=0"], r"^algo.mu must be > 0, got 0$"),
     (["algo=pbm", "callbacks.privacy.orders=abc"], r"^callbacks.privacy.orders must be a list of"),
+    (
+        ["data.num_parties=3"],
+        r"^data.partition=quadrants needs num_parties == 4, got 3: set data.num_parties=4, or "
+        r"data.partition=strips",
+    ),
+    (
+        ["data=breast_cancer", "data.num_parties=100"],
+        r"^data.num_parties must be at most the number of features \(30\), got 100: lower "
+        r"data.num_parties$",
+    ),
 ]
 """Refused before ``trainer.fit`` starts (the test replaces fit with a failure)."""
 

@@ -101,6 +101,16 @@ CASES = [
         rf"^attack=foo is not an option of attack: {OPTIONS} direction_scoring, "
         r"feature_reconstruction, label_inference",
     ),
+    (
+        ["data.partition=explicit", "data.columns=5"],
+        r"^data.columns must be null or one list of column indices >= 0 per party, e.g. "
+        r"\[\[0,1\],\[2,3\]\], got 5$",
+    ),
+    (
+        ["data.partition=explicit", "data.columns=[[0,1],[2,3]]"],
+        r"^data.columns lists 2 column lists, but data.num_parties=4: give one list per party, "
+        r"or set data.num_parties=2$",
+    ),
 ]
 
 

@@ -43,10 +43,11 @@ class PartySlice:
 
 def _check_num_parties(num_parties: int, num_features: int) -> None:
     if not isinstance(num_parties, (int, np.integer)) or num_parties < 1:
-        raise ValueError(f"num_parties must be an integer >= 1, got {num_parties!r}")
+        raise ValueError(f"data.num_parties must be an integer >= 1, got {num_parties!r}")
     if num_parties > num_features:
         raise ValueError(
-            f"num_parties must be at most the number of features ({num_features}), got {num_parties}"
+            f"data.num_parties must be at most the number of features ({num_features}), got "
+            f"{num_parties}: lower data.num_parties"
         )
 
 
@@ -95,7 +96,10 @@ def _grid(
 def quadrants(feature_shape: Sequence[int], num_parties: int) -> list[PartySlice]:
     """Four image quadrants: top-left, top-right, bottom-left, bottom-right."""
     if num_parties != 4:
-        raise ValueError(f"partition 'quadrants' needs num_parties == 4, got {num_parties}")
+        raise ValueError(
+            f"data.partition=quadrants needs num_parties == 4, got {num_parties}: set "
+            "data.num_parties=4, or data.partition=strips (any number up to the image width)"
+        )
     shape = _image_shape(feature_shape, "quadrants")
     return _grid(shape, _block_sizes(shape[1], 2), _block_sizes(shape[2], 2))
 
@@ -103,7 +107,10 @@ def quadrants(feature_shape: Sequence[int], num_parties: int) -> list[PartySlice
 def halves(feature_shape: Sequence[int], num_parties: int) -> list[PartySlice]:
     """Left and right image halves."""
     if num_parties != 2:
-        raise ValueError(f"partition 'halves' needs num_parties == 2, got {num_parties}")
+        raise ValueError(
+            f"data.partition=halves needs num_parties == 2, got {num_parties}: set "
+            "data.num_parties=2, or data.partition=strips (any number up to the image width)"
+        )
     shape = _image_shape(feature_shape, "halves")
     return _grid(shape, [shape[1]], _block_sizes(shape[2], 2))
 
@@ -126,7 +133,9 @@ def explicit(
     if columns is None or len(columns) != num_parties:
         got = None if columns is None else len(columns)
         raise ValueError(
-            f"partition 'explicit' needs one column list per party ({num_parties}), got {got}"
+            f"data.partition=explicit needs one column list per party ({num_parties}), got "
+            f"{got}: give data.columns one list of column indices per party (or set "
+            "data.num_parties to the number of lists)"
         )
     seen: dict[int, int] = {}
     for m, cols in enumerate(columns):

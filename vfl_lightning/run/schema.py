@@ -228,6 +228,13 @@ def check_fractions(data) -> None:
             f"data.columns is read by data.partition=explicit only, got data.partition="
             f"{partition}: set data.partition=explicit or data.columns=null"
         )
+    columns, parties = data.get("columns"), data.get("num_parties")
+    explicit = partition == "explicit" and columns is not None and is_int(parties)
+    if explicit and len(columns) != parties:
+        raise ConfigError(
+            f"data.columns lists {len(columns)} column lists, but data.num_parties={parties}: "
+            f"give one list per party, or set data.num_parties={len(columns)}"
+        )
     val, test = data.get("val_fraction"), data.get("test_fraction")
     if is_number(val) and is_number(test) and val + test >= 1:
         raise ConfigError(

@@ -92,6 +92,17 @@ def index_list(value) -> bool:
     return value is None or (isinstance(value, list) and all(is_int(v) and v >= 0 for v in value))
 
 
+def column_lists(value) -> bool:
+    """``data.columns``: null, or one list of flat column indices per party."""
+    if value is None:
+        return True
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(c, list) and all(is_int(i) and i >= 0 for i in c) for c in value)
+    )
+
+
 def devices(value) -> bool:
     """Lightning's ``devices``: a count, -1 (all), "auto", indices as a list or a string."""
     if is_int(value):
@@ -128,6 +139,10 @@ RANGES: dict[str, tuple[Callable, str]] = {
         "dotted path package.module.function",
     ),
     "data.partition": choice_or_dotted(*choices("partitions")),
+    "data.columns": (
+        column_lists,
+        "null or one list of column indices >= 0 per party, e.g. [[0,1],[2,3]]",
+    ),
     "party.embedding_dim": integer(1),
     "party.activation": choice(*choices("activations")),
     "party.output_activation": choice(*choices("activations")),
