@@ -242,6 +242,11 @@ BEFORE_FIT = [
         r"^data.num_parties must be at most the number of features \(30\), got 100: lower "
         r"data.num_parties$",
     ),
+    (
+        ["callbacks.checkpoint.dirpath=/etc/hostname/ck"],
+        r"^callbacks.checkpoint.dirpath=/etc/hostname/ck cannot be used: \[Errno 20\] Not a "
+        r"directory: '/etc/hostname/ck'; choose a directory you can write",
+    ),
 ]
 """Refused before ``trainer.fit`` starts (the test replaces fit with a failure)."""
 

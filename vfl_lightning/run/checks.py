@@ -30,6 +30,20 @@ def check_output_dir(output_dir: Path) -> None:
         raise ConfigError(f"paths.output_dir={output_dir} is not writable")
 
 
+def check_checkpoint_dir(cfg: DictConfig) -> None:
+    """``callbacks.checkpoint.dirpath`` can be made and written (the first checkpoint would
+    otherwise fail inside fit, after the first epoch)."""
+    from omegaconf import OmegaConf
+
+    dirpath = OmegaConf.select(cfg, "callbacks.checkpoint.dirpath", default=None)
+    problem = isinstance(dirpath, str) and dirpath and unwritable(Path(dirpath))
+    if problem:
+        raise ConfigError(
+            f"callbacks.checkpoint.dirpath={dirpath} cannot be used: {problem}; choose a "
+            "directory you can write (by default the run's <paths.output_dir>/checkpoints)"
+        )
+
+
 def runtime_name(cfg: DictConfig) -> str:
     runtime = cfg.get("runtime") or {}
     return str(runtime.get("name", "local"))

@@ -23,7 +23,12 @@ from vfl_lightning.run.assemble import (
     make_loggers,
     make_trainer,
 )
-from vfl_lightning.run.checks import check_accounting, check_output_dir, check_runtime
+from vfl_lightning.run.checks import (
+    check_accounting,
+    check_checkpoint_dir,
+    check_output_dir,
+    check_runtime,
+)
 from vfl_lightning.run.config_checks import check_config
 from vfl_lightning.run.early import check_early
 from vfl_lightning.run.outcome import (
@@ -74,6 +79,7 @@ def _train(cfg: DictConfig) -> dict:
     refused = False
     try:
         check_output_dir(output_dir)
+        check_checkpoint_dir(cfg)
         check_early(cfg)  # with every check of the schema that needs no import
         check_unindexed_keys(cfg)
         check_config(cfg)
