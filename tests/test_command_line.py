@@ -184,6 +184,17 @@ def test_a_refused_run_writes_results_json_and_its_log(new_user, monkeypatch, ca
         (["algo=foo,pbm"], r"^error: algo=foo is not an option of algo: the options are"),
         (["seed=0,1", "sed=3"], r"^error: sed is not a config key .*did you mean seed=3\?$"),
         (["seed=0,1", "data.columns=[[0,1]"], r"^error: data.columns=\[\[0,1\] opens 2 '\['"),
+        # a bad value in the middle of a list: every job's keys and values before the first job
+        (
+            ["data.batch_size=32,-1,64"],
+            r"^error: data.batch_size must be an integer >= 1, got -1 \(job 1 of the sweep: "
+            r"data.batch_size=-1 logger=none; no job ran\)$",
+        ),
+        (
+            ["seed=0,1", "optimized_metric=val/nope,val/acc"],
+            r"^error: optimized_metric=val/nope is not a metric runs log .*\(job 0 of the sweep: "
+            r"seed=0 optimized_metric=val/nope logger=none; no job ran\)$",
+        ),
     ],
 )
 def test_a_multirun_is_refused_before_any_job(new_user, monkeypatch, capsys, overrides, message):
@@ -195,16 +206,19 @@ def test_a_multirun_is_refused_before_any_job(new_user, monkeypatch, capsys, ove
 
 
 def test_a_refused_job_of_a_multirun_exits_2_and_the_sweep_goes_on(new_user, monkeypatch, capsys):
+    """A refusal that only the job's own run finds (the PBM accountant's limit, after the
+    imports) fails that job; the sweep goes on."""
     argv = [
         "-m",
-        "optimized_metric=val/nope,val/acc",
+        "algo=pbm",
+        "mechanism.b=2000,16",
         "debug=fdr",
         "logger=none",
         f"hydra.sweep.dir={new_user}",
     ]
     code, err = run_cli(argv, monkeypatch, capsys)
     assert code == 2
-    line = "error: optimized_metric=val/nope is not a metric runs log"
+    line = "error: num_parties * b = 8000 is too large for the exact PBM accountant"
     assert [e for e in err if e.startswith("error:")] == [err[-1]] * 2  # the job's, the sweep's
     assert err[-1].startswith(line)
     statuses = {

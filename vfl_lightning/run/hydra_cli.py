@@ -44,9 +44,11 @@ def hydra_command_line() -> Iterator[None]:
     groups from one copy of the config repository."""
     import hydra._internal.hydra as hydra_module
     import hydra._internal.utils as utils
+    from hydra.plugins.sweeper import Sweeper
 
     original = utils.run_and_report
     original_help = hydra_module.Hydra.app_help
+    original_validate = Sweeper.validate_batch_is_legal
 
     def app_help(self, *args, **kwargs):
         self.config_loader.get_group_options = group_options_from_one_repository(self.config_loader)
@@ -70,13 +72,65 @@ def hydra_command_line() -> Iterator[None]:
             print(f"error: {line}", file=sys.stderr)
             sys.exit(2)
 
+    def validate_batch_is_legal(self, batch):
+        original_validate(self, batch)
+        if type(self).__name__ == "BasicSweeper" and os.environ.get("HYDRA_FULL_ERROR") != "1":
+            check_every_job(self, batch)
+
     utils.run_and_report = hydra_module.run_and_report = run_and_report
     hydra_module.Hydra.app_help = app_help
+    Sweeper.validate_batch_is_legal = validate_batch_is_legal
     try:
         yield
     finally:
         utils.run_and_report = hydra_module.run_and_report = original
         hydra_module.Hydra.app_help = original_help
+        Sweeper.validate_batch_is_legal = original_validate
+
+
+def check_every_job(sweeper, batch) -> None:
+    """A grid sweep (the basic sweeper) checks the keys and values of every job before the first
+    starts (:func:`~vfl_lightning.run.early.check_early`, no imports): one bad value in a list
+    (``data.batch_size=32,-1,64``) refuses the sweep in one line, exit 2, before anything
+    trains. What only a job's own run finds (after the imports) fails that job, and the sweep
+    goes on."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    from vfl_lightning.errors import ConfigError
+    from vfl_lightning.run.early import check_early
+
+    loader = sweeper.hydra_context.config_loader
+    hydra_config = HydraConfig.instance()
+    previous = hydra_config.cfg
+    try:
+        for number, overrides in enumerate(batch):
+            job = loader.load_sweep_config(
+                master_config=sweeper.config, sweep_overrides=list(overrides)
+            )
+            # as the launcher sets them for the job: its number, its output dir (${hydra:...})
+            with open_dict(job):
+                job.hydra.job.num = number
+                job.hydra.job.id = f"check_{number}"
+            with read_write(job.hydra.runtime):
+                folder = OmegaConf.select(job, "hydra.sweep.dir"), job.hydra.sweep.subdir
+                job.hydra.runtime.output_dir = os.path.abspath(os.path.join(*map(str, folder)))
+            hydra_config.set_config(job)
+            task = copy.deepcopy(job)
+            with read_write(task), open_dict(task):
+                del task["hydra"]
+            try:
+                check_early(task)
+            except ConfigError as error:
+                line = " ".join(str(error).split())
+                raise FailedJob(
+                    f"error: {line} (job {number} of the sweep: {' '.join(overrides)}; no job ran)",
+                    2,
+                ) from None
+    finally:
+        hydra_config.cfg = previous
 
 
 def group_options_from_one_repository(loader):
