@@ -5,6 +5,10 @@ one line. The party programs run in this process (threads), on 127.0.0.1 with ep
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +31,7 @@ from vfl_lightning.runtime.grpc_parties import GrpcParties  # noqa: E402
 from vfl_lightning.runtime.party_config import read_party_config  # noqa: E402
 from vfl_lightning.runtime.party_program import PartyProgram  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 OVERRIDES = ["algo=pbm", "data=breast_cancer", "data.num_parties=3"]
 NUM_PARTIES = 3
 
@@ -90,6 +95,36 @@ def test_a_server_certificate_from_another_ca_is_refused_in_one_line(program, de
     line = str(refused.value)
     assert "\n" not in line and f"party 0 at {address} is not reachable over mutual TLS" in line
     channel.close()
+
+
+def test_a_refused_handshake_prints_no_grpc_log_lines(program, deployment):
+    """gRPC's C core would log each failed TLS handshake of the reconnecting channel to stderr
+    (``I... ssl_transport_security.cc ... Handshake failed``); the refusal is the only output."""
+    _, address = program
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from vfl_lightning.errors import PartyLost\n"
+        "from vfl_lightning.mechanisms.certificates import Credentials\n"
+        "from vfl_lightning.runtime.grpc_channel import PartyChannel\n"
+        "folder = Path(sys.argv[1])\n"
+        "files = [folder / name for name in ('ca.pem', 'server.pem', 'server.key')]\n"
+        "tls = Credentials.from_files(*files, settings=('a', 'b', 'c'))\n"
+        "try:\n"
+        "    PartyChannel(0, sys.argv[2], tls, timeout_s=5).wait_ready(3)\n"
+        "except PartyLost:\n"
+        "    print('refused', file=sys.stderr)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "GRPC_VERBOSITY"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(deployment / "other_ca"), address],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.stderr.splitlines() == ["refused"], done.stderr[-2000:]
 
 
 def test_a_party_certificate_from_another_ca_is_refused_by_the_server(deployment):

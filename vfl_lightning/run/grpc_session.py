@@ -206,6 +206,8 @@ class GrpcRuntime(LocalRuntime):
     def start(self, cfg: DictConfig) -> bool:
         """Read the server's TLS files and open a channel to every party (:meth:`attach` waits
         for them)."""
+        import vfl_lightning.runtime  # noqa: F401  (before grpc: its C core's logs off)
+
         try:
             import grpc  # noqa: F401
         except ImportError as error:
