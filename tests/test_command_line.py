@@ -102,6 +102,11 @@ CASES = [
         r"feature_reconstruction, label_inference",
     ),
     (
+        ["target.value=2"],
+        r"^target.value=2 can never be reached by target.metric=val/acc, which lies in \[0, 1\]: "
+        r"choose a value in \[0, 1\]$",
+    ),
+    (
         ["data.partition=explicit", "data.columns=5"],
         r"^data.columns must be null or one list of column indices >= 0 per party, e.g. "
         r"\[\[0,1\],\[2,3\]\], got 5$",

@@ -14,11 +14,13 @@ from omegaconf import DictConfig
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.run.key_index import NOT_INDEXED, choices, indexed_parameters, locate
 from vfl_lightning.run.schema import check_schema
-from vfl_lightning.run.schema_rules import choice_or_dotted
+from vfl_lightning.run.schema_rules import choice_or_dotted, is_number
 
 EVALUATION_METRICS = ("acc", "acc_clean", "auroc", "auprc", "loss")
 """What every validation and test logs under ``val/`` and ``test/``: ``loss`` and ``acc``;
 ``auroc`` and ``auprc`` for binary labels; ``acc_clean`` where the server input is noisy."""
+BOUNDED_METRICS = ("acc", "acc_clean", "auroc", "auprc")
+"""The metrics whose values lie in [0, 1] (a target outside is never reached)."""
 
 
 def check_early(cfg: DictConfig) -> None:
@@ -86,6 +88,13 @@ def check_metric_names(cfg: DictConfig) -> None:
                 f"{key}={value} is not a metric runs log ({stage}/ has {', '.join(names)}; auroc "
                 f"and auprc with binary labels only): {fix}"
             )
+    metric, goal = target.get("metric"), target.get("value")
+    bounded = isinstance(metric, str) and metric.partition("/")[2] in BOUNDED_METRICS
+    if bounded and is_number(goal) and not 0 <= goal <= 1:
+        raise ConfigError(
+            f"target.value={goal} can never be reached by target.metric={metric}, which lies in "
+            "[0, 1]: choose a value in [0, 1]"
+        )
 
 
 def target_nodes(node: DictConfig, prefix: str = ""):
