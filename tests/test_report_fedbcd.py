@@ -66,3 +66,28 @@ def test_fedbcd_table_gives_both_rounds_to_target_over_seeds():
         "fedbcd_rounds_vs_q",
         "fedbcd_metric_vs_rounds",
     ]
+
+
+def test_each_learning_rate_gets_its_own_row_and_series():
+    def at(lr: float, Q: int, first: int) -> Run:
+        found = run([0.5, 0.95], first=first, Q=Q)
+        found.config["optimizer"] = {"lr": lr}
+        return found
+
+    groups = [
+        Group("fedbcd Q=1 lr=0.1", {}, [at(0.1, 1, 2)]),
+        Group("fedbcd Q=5 lr=0.1", {}, [at(0.1, 5, 2)]),
+        Group("fedbcd Q=5 lr=0.05", {}, [at(0.05, 5, 1)]),
+    ]
+    runs = [r for g in groups for r in g.runs]
+    section = fedbcd(Context(runs, groups, "comm/rounds", "val/auroc", "FedBCD"))
+    header, _, *rows = section.tables[0].splitlines()
+    assert "| η0 |" in header
+    # Q = 5 appears once per rate, each row naming its rate
+    assert sorted(line.split(" | ")[3] for line in rows if line.split(" | ")[1] == "5") == [
+        "0.05",
+        "0.1",
+    ]
+    # one rate alone: no η0 column
+    alone = fedbcd(Context(runs[:2], groups[:2], "comm/rounds", "val/auroc", "FedBCD"))
+    assert "η0" not in alone.tables[0].splitlines()[0]

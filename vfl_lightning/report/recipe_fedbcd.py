@@ -13,6 +13,7 @@ from vfl_lightning.report.markdown import has, number, table
 from vfl_lightning.report.runs import Group
 
 STAY = "rounds_to_stay"
+LR = "optimizer.lr"
 
 
 def short_label(group: Group) -> Group:
@@ -49,15 +50,20 @@ def fedbcd(ctx: Context) -> Section:
         "Q local updates per exchange. Rounds to target, two ways: the first crossing, counted "
         "by the TargetTracker at every validation, and the round from which every later "
         "validation of the run meets the target (they differ where the curve dips back below). "
-        "Mean ± sample standard deviation over the seeds that reached it, (k/n) when only k did.",
+        "Mean ± sample standard deviation over the seeds that reached it, (k/n) when only k did. "
+        "Where the runs differ in the learning rate η0, each rate has its own row and series.",
     )
     metric = "val/auroc" if has(ctx.runs, "val/auroc") else ctx.y
     target = ctx.runs[0].results.get("target_metric"), ctx.runs[0].results.get("target_value")
     mode = ctx.runs[0].setting("target.mode", "max")
     groups = [with_stay(g, str(target[0]), target[1], mode) for g in ordered(ctx.groups, "fedbcd")]
+    # a sweep over eta0 too (the same Q at two learning rates): each rate its own series and row
+    by_rate = len({v for g in groups if math.isfinite(v := g.runs[0].value(LR))}) > 1
     series: dict[str, list] = {}
     for group in groups:
         name = group.style("label", group.algo)
+        if by_rate:
+            name += f" η0={group.runs[0].value(LR):g}"
         series.setdefault(name, []).append(
             (group, "algo.local_steps", "rounds_to_target", "filled")
         )
@@ -108,6 +114,7 @@ def fedbcd(ctx: Context) -> Section:
                 group.style("label", group.algo),
                 number(group.runs[0].value("algo.local_steps"), 3),
                 number(group.runs[0].value("algo.mu"), 3),
+                *([f"{group.runs[0].value(LR):g}"] if by_rate else []),
                 len(group.runs),
                 summarize(group.values_of("rounds_to_target")).text(1),
                 per_seed(group.values_of("rounds_to_target")),
@@ -123,6 +130,7 @@ def fedbcd(ctx: Context) -> Section:
                 "schedule",
                 "Q",
                 "μ",
+                *(["η0"] if by_rate else []),
                 "seeds",
                 "rounds to target (first crossing)",
                 "per seed",

@@ -107,8 +107,23 @@ def _read_overrides(run_dir: Path) -> dict[str, str]:
         key, _, value = str(item).partition("=")
         key = key.lstrip("+~")
         if not key.startswith(IGNORED_PREFIXES):
-            overrides[key] = value
+            overrides[key] = canonical(value)
     return overrides
+
+
+def canonical(value: str) -> str:
+    """An override's value as a Hydra multirun writes it for its jobs (``false`` → ``False``,
+    ``1e-3`` → ``0.001``), so that a single run typed one way and a sweep's job with the same
+    setting fall into one group; any other text as given."""
+    if value.lower() in ("true", "false"):
+        return value.lower().capitalize()
+    for kind in (int, float):
+        try:
+            number = kind(value)
+        except ValueError:
+            continue
+        return str(number) if math.isfinite(number) else value
+    return value
 
 
 def _read_wandb(run_dir: Path) -> dict | None:
