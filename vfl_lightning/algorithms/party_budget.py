@@ -147,18 +147,22 @@ class PartyBudget:
             counts = self.counts[split] = grown
         np.add.at(counts, rows, 1)
 
-    def _refuse_row(self, call, split, row, count: int, limit: int) -> None:
+    def row_budget(self, limit: int) -> str:
+        """The policy setting that allows ``limit`` releases of a row, as a refusal names it."""
         policy = self.policy
         if policy.max_releases_per_row is not None and limit == policy.max_releases_per_row:
-            budget = policy.setting("max_releases_per_row")
-        else:
-            budget = (
-                f"{policy.setting('max_feature_eps')} at δ = {policy.delta:g}, which allows "
-                f"{limit} release(s) of a row"
-            )
+            return policy.setting("max_releases_per_row")
+        return (
+            f"{policy.setting('max_feature_eps')} at δ = {policy.delta:g}, which allows "
+            f"{limit} release(s) of a row"
+        )
+
+    def _refuse_row(self, call, split, row, count: int, limit: int) -> None:
         which = "every row" if row is None else f"row {row}"
         self._refuse(
-            call, f"its budget {budget}: this would be release {count} of {which} of {split}"
+            call,
+            f"its budget {self.row_budget(limit)}: this would be release {count} of {which} of "
+            f"{split}",
         )
 
     def _refuse(self, call: str, rule: str) -> None:

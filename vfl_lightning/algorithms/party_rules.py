@@ -88,6 +88,9 @@ class PartyGuard:
         self.noise = noise or ReleaseNoise()
         self.budget = budget or PartyBudget(self.party, PartyPolicy())
         self.split_sizes = split_sizes
+        self.ledger = None
+        """What a party program counts over every run it served (``runtime=grpc``,
+        :class:`~vfl_lightning.runtime.party_ledger.LedgerView`): a release must fit it too."""
         self.last: dict[str, int] = {}
         self.counters: dict[str, int] = {}
         self.released = False
@@ -166,12 +169,17 @@ class PartyGuard:
         return stream
 
     def check_budget(self, call, stage, rows, noise) -> None:
-        """Its budget's refusal of the release, before the message leaves the party."""
+        """Its budget's refusal of the release (then its program's ledger's, where it has one),
+        before the message leaves the party."""
         self.budget.check(call, stage, rows, noise)
+        if self.ledger is not None:
+            self.ledger.check(call, stage, rows, noise)
 
     def record_release(self, stage, round, rows, noise) -> None:
         """Count a release its checks allowed; its round becomes the stream's last."""
         self.budget.record(stage, rows, noise)
+        if self.ledger is not None:
+            self.ledger.record(stage, rows, noise)
         if round is not None:
             self.last[round_stream(int(round))] = int(round)
         self.released = True
@@ -186,8 +194,7 @@ class PartyGuard:
     def coded_release(self, call: str, stage: str, rows: np.ndarray | None) -> None:
         """A coded party's share of a decoded sum over ``rows`` (no noise): its budget admits it."""
         self.check_rows(call, stage, rows)
-        self.budget.admit(call, stage, rows, None)
-        self.released = True
+        self.commit(call, stage, None, rows, None)
 
     def step(self, call: str, counter: str, value: int) -> None:
         """A protocol counter of this process (an exchange number, which the server's process

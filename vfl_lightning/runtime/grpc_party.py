@@ -314,6 +314,8 @@ class PartySession:
         save_party_state(
             self.config.state_dir, self.party, self.run, fields["round"], self.own.state_dict()
         )
+        if self.own.guard.ledger is not None:
+            self.own.guard.ledger.save()
         return {}
 
     def load_state(self, fields: dict) -> dict:

@@ -26,6 +26,7 @@ from vfl_lightning.runtime.grpc_channel import (
 from vfl_lightning.runtime.grpc_party import OwnData, PartySession
 from vfl_lightning.runtime.grpc_proposal import check_proposal
 from vfl_lightning.runtime.party_config import PartyConfig
+from vfl_lightning.runtime.party_ledger import PartyLedger
 
 POLL_S = 0.2
 
@@ -110,6 +111,7 @@ class PartyProgram:
                 f"{config.party}'s certificate must name {own_name}"
             )
         self.data = read_own_data(config.data)
+        self.ledger = PartyLedger(config, self.data.ids)
         self.session_class, self.settings = session_class(config.protocol)
         self.session: PartySession | None = None
         self.order = threading.Lock()
@@ -139,6 +141,7 @@ class PartyProgram:
                 f"{session.width} from its model ({self.config.path})"
             )
         check_policy(session)
+        self.ledger.attach(session)
         self.session = session
         print(f"party {party} accepted the proposal (run {session.run})", flush=True)
         return {"session": session.session, "party": party, "width": session.width}
@@ -173,6 +176,8 @@ class PartyProgram:
 
     def close(self, session: PartySession, status: str) -> None:
         print(f"party {self.config.party}: the server closed the run ({status})", flush=True)
+        with self.order:
+            self.ledger.save()
         self.session = None
         if self.config.once:
             self.stop(0, "")
@@ -244,6 +249,8 @@ class PartyProgram:
         """Block until the program stops; its exit code (the stop's line printed first)."""
         self.done.wait()
         self.server.stop(grace=1.0)
+        with self.order:  # no call counts a release while the ledger is written
+            self.ledger.save()
         if self.exit_line:
             print(f"error: {self.exit_line}", file=sys.stderr, flush=True)
         return int(self.exit_code or 0)
