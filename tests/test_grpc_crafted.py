@@ -4,7 +4,8 @@ stream carries it, and must end in the party's one-line refusal (``PERMISSION_DE
 starting ``party 0 refuse``), never in a failure of the party's code (``INTERNAL``, a Python
 exception's text): row indices of another dtype, a sparse gradient with float indices, an
 evaluation restart of a stage the party has no stream of, FedVS shares collected before or
-after the party shared its own, frames nested deeper than any message of the schema."""
+after the party shared its own, a FedVS update of rows it never coded, frames nested deeper than
+any message of the schema."""
 
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ def test_an_asynchronous_client_refuses_crafted_row_indices(tmp_path):
 
 def test_a_fedvs_client_collects_shares_once_after_sharing_its_own(tmp_path):
     program, session = session_of(tmp_path, ["experiment=fedvs_digits"])
+    digest = session.own.digest()
     for call in [
         ("CollectData", {"shares": []}),
         ("CollectEvalData", {"stage": "val", "shares": []}),
@@ -76,6 +78,12 @@ def test_a_fedvs_client_collects_shares_once_after_sharing_its_own(tmp_path):
     gradient = ["dense", torch.zeros(4, session.width)]
     update = {"idx": torch.arange(4).to(torch.bfloat16), "gradient": gradient}
     assert refusal(program, [("Update", update)]) == indices
+    # a gradient for rows it never coded (no coded embedding awaits its update): the server
+    # would otherwise steer its model with as many updates of any rows as it likes
+    update = {"idx": torch.arange(4), "gradient": gradient}
+    line = refusal(program, [("Update", update)])
+    assert line.startswith("party 0 refused update: it takes one update for each coded embedding")
+    assert session.own.digest() == digest
 
 
 def test_a_frame_nested_deeper_than_any_message_is_refused(tmp_path):

@@ -53,6 +53,8 @@ class FedVSPartySession(PartySession):
         self.eval_models: dict[str, tuple[int, torch.Tensor]] = {}
         self.eval_generator: torch.Generator | None = None
         self.plain: int | None = None
+        self.batch: torch.Tensor | None = None
+        """The rows of its last coded embedding's batch, awaiting their update."""
         self.own.project_weights(self.codec.weight_bound)
 
     def release_noise(self) -> ReleaseNoise:
@@ -166,6 +168,7 @@ class FedVSPartySession(PartySession):
         model = self.gathered(own, "model", (exchange,), fields["shares"], 0).long()
         rows = self.data_shares[positions]
         coded = field_matmul(rows.long(), model, self.codec.prime)
+        self.batch = coded_rows.reshape(-1)
         return {"coded": RingCodec(self.codec.element_bits).encode(coded)}
 
     def positions(self, positions: torch.Tensor, count: int) -> torch.Tensor:
@@ -177,8 +180,16 @@ class FedVSPartySession(PartySession):
 
     def update(self, fields: dict) -> dict:
         """Lines 32-35: back-propagate (1/N) dL/dH through its plaintext embedding of rows
-        ``idx``, step, project."""
-        self.own.guard.check_rows("update", "train", release_rows(self.indices(fields["idx"])))
+        ``idx``, step, project: once for each coded embedding, for its batch only (the rows of
+        every segment at its positions)."""
+        idx, batch, self.batch = self.indices(fields["idx"]), self.batch, None
+        if batch is None or not torch.equal(idx, batch):
+            raise self.own.guard.refusal(
+                "update",
+                "it takes one update for each coded embedding, for the rows of that embedding's "
+                "batch only (lines 32-35 of FedVS's Algorithm 1)",
+            )
+        self.own.guard.check_rows("update", "train", release_rows(idx))
         x = self.rows("train", fields["idx"])
         self.own.model.train()
         self.own.keep(x, self.own.forward(x))
