@@ -105,3 +105,32 @@ def test_a_frame_nested_deeper_than_any_message_is_refused(tmp_path):
     for _ in range(MAX_DEPTH):
         nested = nested[0]
     assert nested is None
+
+
+def test_a_proposal_of_fewer_parties_is_counted_at_its_larger_epsilon_and_capped(tmp_path):
+    """The number of parties is the proposal's (a party's file does not fix it): proposed alone,
+    a PBM party has no peer to mask with and its noise is the sum's only noise; it counts the ε
+    of what it is asked to release, so its own ``max_feature_eps`` refuses such a proposal."""
+    from vfl_lightning.algorithms.party_budget import PartyBudget
+    from vfl_lightning.algorithms.party_policy import PartyPolicy
+    from vfl_lightning.runtime.grpc_channel import ProposalRefused
+
+    pbm = ["algo=pbm", "data=breast_cancer", "data.num_parties=2"]
+    program, session = session_of(tmp_path / "open", pbm)
+    proposal = program.proposal
+    alone = proposal | {k: proposal[k][:1] for k in ("party_shapes", "widths")}
+    program.propose({"proposal": alone | {"num_parties": 1}})
+    single = program.session
+    assert (session.mechanism.num_parties, single.mechanism.num_parties) == (2, 1)
+    eps = [
+        PartyBudget(0, PartyPolicy(), s.mechanism, embedding_dim=s.width).epsilon(1)
+        for s in (session, single)
+    ]
+    assert eps[1] > eps[0] and single.own.guard.budget.epsilon(1) == eps[1]
+    cap = (eps[0] + eps[1]) / 2
+    capped, _ = session_of(tmp_path / "capped", pbm, policy={"max_feature_eps": cap})
+    with pytest.raises(ProposalRefused) as refused:
+        capped.propose({"proposal": alone | {"num_parties": 1}})
+    line = str(refused.value)
+    assert line.startswith("party 0 refused the proposal: its budget ") and "\n" not in line
+    assert f"max_feature_eps={cap}" in line and "which allows 0 release(s) of a row" in line
