@@ -134,3 +134,29 @@ def test_a_proposal_of_fewer_parties_is_counted_at_its_larger_epsilon_and_capped
     line = str(refused.value)
     assert line.startswith("party 0 refused the proposal: its budget ") and "\n" not in line
     assert f"max_feature_eps={cap}" in line and "which allows 0 release(s) of a row" in line
+
+
+def test_a_crafted_proposal_is_refused_in_one_line(tmp_path):
+    """Proposals whose fields are not what a proposal holds (through the party's Propose
+    handler): refused in one line (``FAILED_PRECONDITION``, both sides print it), never a failure
+    of the party's code."""
+    from vfl_lightning.wire.frames import Json, encode_frame
+
+    program, _ = session_of(tmp_path, NPQ)
+    proposal = program.proposal
+    handler = program.handlers().unary_handler("Propose").unary_unary
+    shapes = "its party_shapes and widths are not one input shape (sizes >= 1) and one width"
+    for crafted, rule in [
+        (proposal | {"party_shapes": [5, 6]}, shapes),
+        (proposal | {"party_shapes": [proposal["party_shapes"][0], [-3]]}, shapes),
+        (proposal | {"widths": proposal["widths"][:1]}, shapes),
+        (proposal | {"run": "../../x"}, "its run key '../../x' is not 32 lowercase hex digits"),
+        (proposal | {"run": 7}, "its run key 7 is not 32 lowercase hex digits"),
+        (proposal | {"mechanism": [1]}, "mechanism is [1] in the proposal"),
+    ]:
+        with pytest.raises(Aborted) as aborted:
+            handler(encode_frame({"proposal": Json(crafted)}), ServerContext("vfl-server"))
+        assert aborted.value.code == grpc.StatusCode.FAILED_PRECONDITION, aborted.value.line
+        line = aborted.value.line
+        assert line.startswith("party 0 refuses the proposal: ") and rule in line, line
+        assert "\n" not in line

@@ -9,6 +9,7 @@ import math
 
 from vfl_lightning.runtime.grpc_channel import ProposalRefused
 from vfl_lightning.runtime.party_config import PartyConfig
+from vfl_lightning.runtime.party_state import RUN_KEY
 
 FORMAT = "vfl_lightning proposal"
 VERSION = 1
@@ -46,8 +47,16 @@ def first_difference(ours, theirs, prefix: str):
     return None if ours == theirs else (prefix, ours, theirs)
 
 
-def without(node: dict | None, keys) -> dict | None:
-    return None if node is None else {k: v for k, v in node.items() if k not in keys}
+def without(node, keys):
+    """``node`` without ``keys`` (anything but a dict as it is, for the comparison to name)."""
+    return {k: v for k, v in node.items() if k not in keys} if isinstance(node, dict) else node
+
+
+def sizes(value) -> bool:
+    """Whether ``value`` is a list of integers >= 1 (a shape, or the widths)."""
+    return isinstance(value, list) and all(
+        isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in value
+    )
 
 
 def check_proposal(
@@ -70,6 +79,19 @@ def check_proposal(
         raise refuse(f"it is not a {FORMAT!r}")
     if proposal.get("version") != VERSION:
         raise refuse(f"version {proposal.get('version')!r}, this party reads {VERSION}")
+    shapes, widths = proposal.get("party_shapes"), proposal.get("widths")
+    if not (
+        isinstance(shapes, list)
+        and all(sizes(shape) for shape in shapes)
+        and sizes(widths)
+        and len(widths) == len(shapes)
+    ):
+        raise refuse(
+            "its party_shapes and widths are not one input shape (sizes >= 1) and one width "
+            "(>= 1) per party"
+        )
+    if not (isinstance(proposal.get("run"), str) and RUN_KEY.fullmatch(proposal["run"])):
+        raise refuse(f"its run key {proposal.get('run')!r} is not 32 lowercase hex digits")
     if proposal.get("party") != party:
         raise refuse(
             f"it addresses party {proposal.get('party')!r} at this address, this is party {party}"
@@ -102,7 +124,6 @@ def check_proposal(
             f"seed={proposal.get('seed')!r} in the proposal, seed={config.seed!r} in its "
             "configuration (seeds=derived reproduces one run's seed)"
         )
-    shapes = proposal.get("party_shapes") or []
     if not 0 <= party < len(shapes) or tuple(shapes[party]) != tuple(shape):
         theirs_shape = shapes[party] if 0 <= party < len(shapes) else None
         raise refuse(f"input shape {theirs_shape!r} in the proposal, {list(shape)} in its data")
