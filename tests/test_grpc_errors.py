@@ -209,6 +209,54 @@ def test_what_init_writes_passes_the_checks_of_serve(tmp_path, overrides):
     assert config.protocol["_target_"] and "transcript_size" not in config.protocol
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["algo=foo"],
+            "error: algo=foo is not an option of algo: the options are cascade, fedbcd, ",
+        ),
+        (
+            ["algo=pbm", "mechanism.beta=abc"],
+            "error: mechanism.beta must be a number in (0, 0.25] for PBM, got 'abc'",
+        ),
+        (
+            ["party.embedding_dim=-3"],
+            "error: party.embedding_dim must be an integer >= 1, got -3",
+        ),
+        (["--party", "-1"], "error: --party=-1 must be the party's index, an integer >= 0"),
+        (
+            ["--out", "/etc/hostname/party.yaml"],
+            "error: --out=/etc/hostname/party.yaml cannot be written: [Errno 17] File exists: "
+            "'/etc/hostname'",
+        ),
+    ],
+    ids=" ".join,
+)
+def test_init_refuses_what_serve_or_train_py_would_in_one_line(capsys, tmp_path, argv, line):
+    """``init`` checks the overrides' nodes as train.py does (a file it writes is one serve
+    accepts) and names its own flags; Hydra's errors are worded as train.py words them."""
+    flags = {"--party": "0", "--out": str(tmp_path / "party.yaml")}
+    overrides = [a for a in argv if "=" in a]
+    given = dict(zip(argv[::2], argv[1::2], strict=False)) if not overrides else {}
+    flags |= {k: v for k, v in given.items() if k.startswith("--")}
+    command = ["init", "--listen", "127.0.0.1:0", "--certs", str(tmp_path), "--data"]
+    command += [str(tmp_path / "d.npz"), "--state-dir", str(tmp_path / "state")]
+    for flag, value in flags.items():
+        command += [flag, value]
+    found = party_error(capsys, [*command, *overrides])
+    assert found.startswith(line), found
+    assert not (tmp_path / "party.yaml").exists()
+
+
+def test_the_certificate_command_names_an_out_folder_it_cannot_make(capsys):
+    line = party_error(capsys, ["certs", "--out", "/etc/hostname/certs", "--parties", "2"])
+    assert line == (
+        "error: --out=/etc/hostname/certs cannot be written: [Errno 20] Not a directory: "
+        "'/etc/hostname/certs'"
+    )
+
+
 def test_the_certificate_command_refuses_no_parties(capsys, tmp_path):
     line = party_error(capsys, ["certs", "--out", str(tmp_path), "--parties", "0"])
     assert line == "error: --parties=0 and --days=365 must be integers >= 1"

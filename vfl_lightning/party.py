@@ -42,16 +42,34 @@ def write_party_config(
 
     from vfl_lightning.algorithms.party_policy import PartyPolicy
     from vfl_lightning.data.export import compose_run_config
+    from vfl_lightning.errors import ConfigError
     from vfl_lightning.mechanisms.certificates import SERVER_NAME, party_files
+    from vfl_lightning.run.early import check_run_config
     from vfl_lightning.run.key_index import locate
+    from vfl_lightning.run.schema import (
+        check_target_node,
+        check_values,
+        config_dirs,
+        shipped_defaults,
+    )
     from vfl_lightning.runtime.party_config import check_address
 
+    if isinstance(party, bool) or not isinstance(party, int) or party < 0:
+        raise ConfigError(f"--party={party!r} must be the party's index, an integer >= 0")
     check_address(listen, "--listen", "")
     cfg = compose_run_config(list(overrides))
+    check_run_config(cfg)
 
     def node(name: str) -> dict:
         return OmegaConf.to_container(cfg[name], resolve=True)
 
+    # what the party will hold, checked as train.py checks the same overrides
+    known = shipped_defaults(tuple(config_dirs()))
+    nodes = OmegaConf.create({name: node(name) for name in ("algo", "party", "optimizer")})
+    nodes.mechanism = node("mechanism")
+    for name in nodes:
+        check_target_node(name, nodes[name], known)
+    check_values(nodes, known)
     # a party agrees to the protocol's PARTY_SETTINGS; the rest of algo is the server's
     settings = getattr(locate(cfg.algo._target_), "PARTY_SETTINGS", ("_target_", "name"))
     protocol = {key: value for key, value in node("algo").items() if key in settings}
@@ -82,8 +100,11 @@ def write_party_config(
         "policy": PartyPolicy(**(policy or {})).as_dict(),
     }
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
+    except OSError as error:
+        raise ConfigError(f"--out={out} cannot be written: {error}") from None
     return out
 
 
@@ -133,12 +154,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(
                     f"--parties={args.parties} and --days={args.days} must be integers >= 1"
                 )
-            written = write_development_ca(
-                args.out,
-                args.parties,
-                server_name=args.server_name or SERVER_NAME,
-                days=args.days,
-            )
+            try:
+                written = write_development_ca(
+                    args.out,
+                    args.parties,
+                    server_name=args.server_name or SERVER_NAME,
+                    days=args.days,
+                )
+            except OSError as error:
+                raise ConfigError(f"--out={args.out} cannot be written: {error}") from None
             print(f"wrote a development CA and {len(written) // 2 - 1} certificates to {args.out}")
             return 0
         if args.command == "init":
@@ -167,7 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         code = exit_code(error)
         if code is None:
             raise
-        print(f"error: {error_summary(error)}", file=sys.stderr)
+        from vfl_lightning.errors import ConfigError
+        from vfl_lightning.run.hydra_cli import explain
+
+        # Hydra's own errors for init's overrides (algo=foo, sed=3) as train.py words them
+        line = None if isinstance(error, ConfigError) else explain(error)
+        print(f"error: {line or error_summary(error)}", file=sys.stderr)
         return code
 
 
