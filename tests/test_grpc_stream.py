@@ -127,23 +127,23 @@ def test_the_streams_run_in_a_thread_that_runs_an_event_loop(deployment, program
 
 def openmp_threads():
     """A function giving the calling thread's OpenMP thread count, read from the OpenMP runtime
-    of torch's own package (before torch applies its own setting to that thread); None without
-    one (other packages may load OpenMP runtimes of their own)."""
+    torch loaded (before torch applies its own setting to that thread): the one in torch's own
+    package folders (``torch/lib``, ``torch.libs``) first, else any loaded OpenMP runtime."""
     import ctypes
     import os
 
     import torch
 
-    own = os.path.dirname(torch.__file__) + os.sep
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if own in line}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        if os.path.basename(path).startswith(("libgomp", "libomp", "libiomp")):
-            return ctypes.CDLL(path).omp_get_max_threads
-    return None
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "/" in line}
+    runtimes = sorted(
+        (not path.startswith(os.path.join(site, "torch")), path)
+        for path in paths
+        if os.path.basename(path).startswith(("libgomp", "libomp", "libiomp"))
+    )
+    assert runtimes, f"torch's parallel backend is OpenMP, yet no OpenMP runtime is loaded: {paths}"
+    return ctypes.CDLL(runtimes[0][1]).omp_get_max_threads
 
 
 def test_a_party_program_s_calls_run_with_its_own_intra_op_threads(deployment):  # noqa: F811
@@ -155,9 +155,9 @@ def test_a_party_program_s_calls_run_with_its_own_intra_op_threads(deployment): 
 
     import torch
 
+    if "ATen parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("this torch build runs its intra-op work without OpenMP")
     probe = openmp_threads()
-    if probe is None:
-        pytest.skip("torch loaded no OpenMP runtime here")
     fresh = []
     thread = threading.Thread(target=lambda: fresh.append(probe()))
     thread.start()
