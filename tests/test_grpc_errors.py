@@ -423,3 +423,14 @@ def test_runtime_grpc_without_grpcio_says_how_to_install_it(make_cfg, monkeypatc
     )
     with pytest.raises(ConfigError, match=r"^runtime=grpc needs grpcio, which is not installed"):
         GrpcRuntime().start(cfg)
+
+
+def test_the_runtime_keys_the_server_accepts_are_those_of_its_config_file():
+    """``runtime=grpc`` refuses a key outside ``SETTINGS``; the list is the config file's keys, so
+    a key added to conf/runtime/grpc.yaml and not to ``SETTINGS`` would refuse every run."""
+    import yaml
+
+    from vfl_lightning.run.grpc_session import SETTINGS
+
+    shipped = yaml.safe_load((Path(__file__).parents[1] / "conf/runtime/grpc.yaml").read_text())
+    assert sorted(SETTINGS) == sorted(set(shipped) - {"_target_"})
