@@ -334,8 +334,8 @@ def test_checking_a_party_dir_leaves_nothing_behind(tmp_path):
     assert unwritable(tmp_path / "file") == f"{tmp_path / 'file'} is a file, not a directory"
 
 
-@pytest.mark.parametrize(("round", "resume"), [(0, False), (6, True)])
-def test_a_party_that_fails_to_start_names_the_cause_and_no_checkpoint(round, resume):
+@pytest.mark.parametrize(("round", "checkpoint"), [(0, None), (6, "/runs/a/checkpoints/last.ckpt")])
+def test_a_party_that_fails_to_start_names_the_cause_and_no_checkpoint(round, checkpoint):
     from types import SimpleNamespace
 
     from ray.exceptions import RayActorError
@@ -348,15 +348,15 @@ def test_a_party_that_fails_to_start_names_the_cause_and_no_checkpoint(round, re
         "PermissionError: [Errno 13] Permission denied: '/srv/parties/party_0'",
         actor_init_failed=True,
     )
-    parties = SimpleNamespace(round_fn=lambda: round)
+    parties = SimpleNamespace(round_fn=lambda: round, checkpoint_fn=lambda: checkpoint)
     line = str(RayParties.lost(parties, 0, "key setup", died))
     assert line.startswith(
         f"party 0's Ray actor died at training round {round} (key setup): it failed to start "
         "(PermissionError: [Errno 13] Permission denied: '/srv/parties/party_0')"
     )
-    assert ("ckpt_path=" in line) is resume
+    assert ("ckpt_path=" in line) is (checkpoint is not None)
     assert line.endswith(
-        "resume with ckpt_path=<run dir>/checkpoints/last.ckpt"
-        if resume
-        else "the run stopped before training"
+        f"resume with ckpt_path={checkpoint}"
+        if checkpoint
+        else "the run stopped before training: run the same command again"
     )

@@ -164,11 +164,12 @@ def test_a_killed_party_stops_the_run_in_one_line_and_resumes_to_the_straight_ru
         assert "\n" not in line
         assert line.startswith(f"party 1 at {victim.address} is lost (Send: UNAVAILABLE")
         assert "at training round 6 (Send); the run stopped, its last checkpoint is intact" in line
+        checkpoint = killed_dir / "checkpoints" / "last.ckpt"
+        assert line.endswith(f"restart the party program and resume with ckpt_path={checkpoint}")
         results = json.loads((killed_dir / "results.json").read_text())
         assert results["status"] == "failed" and results["error"] == line
         assert victim.stop() == -signal.SIGKILL
         deployment.start([1])  # the party program again: same configuration, new port
-        checkpoint = killed_dir / "checkpoints" / "last.ckpt"
         resumed_cfg = compose_config(
             tmp_path / "resumed", *common, *deployment.server_overrides(), f"ckpt_path={checkpoint}"
         )

@@ -220,6 +220,7 @@ def test_dead_actor_stops_in_one_line_and_the_checkpoint_resumes_to_the_straight
     expected = train(straight)
     killed, message = kill_party(make_cfg, common, epoch=1, batch=2, party=1)
     assert message.startswith("party 1's Ray actor died at training round 6")
+    assert message.endswith(f"its last checkpoint is intact: resume with ckpt_path={last(killed)}")
     checkpoint = torch.load(last(killed), weights_only=False)
     assert (
         checkpoint["epoch"] == 0

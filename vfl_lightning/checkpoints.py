@@ -200,3 +200,17 @@ class LastCheckpoint(Checkpoint):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self._restored_metrics = dict(state_dict.get("metrics") or {})
+
+
+def resumable_checkpoint(trainer: L.Trainer | None) -> str | None:
+    """The checkpoint a run stopped now resumes from: the last one its :class:`LastCheckpoint`
+    wrote (a write still in flight is finished before the process ends), else the file it was
+    resumed from (``ckpt_path``, still intact); None before a trainer exists or when neither is
+    there."""
+    if trainer is None:
+        return None
+    for callback in trainer.callbacks:
+        if isinstance(callback, LastCheckpoint) and callback.last_model_path:
+            return callback.last_model_path
+    resumed = trainer.ckpt_path
+    return str(resumed) if resumed is not None and Path(resumed).is_file() else None

@@ -26,6 +26,22 @@ class PartyRefusal(RunFailure):
     enforces (its protocol's next step, or its own privacy budget)."""
 
 
+def resume_advice(checkpoint: str | None, restart: str = "") -> str:
+    """How a run a lost party stopped goes on, after ``restart`` (what to bring back first, e.g.
+    "restart the party program and "): resume from ``checkpoint``, the run's checkpoint on disk
+    (the last one it wrote, else the one it resumed from), or, with none, run the same command
+    again (training starts where that command starts it)."""
+    if checkpoint is not None:
+        return (
+            f"the run stopped, its last checkpoint is intact: {restart}resume with "
+            f"ckpt_path={checkpoint}"
+        )
+    return (
+        f"the run stopped before it wrote a checkpoint: {restart}run the same command again "
+        "(there is nothing to resume from)"
+    )
+
+
 class Terminated(BaseException):
     """The process received SIGTERM: the run stops where it is, records ``status: interrupted``
     in results.json, and the command line prints this message in one line (exit code 143). A

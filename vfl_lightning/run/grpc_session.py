@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.checkpoints import resumable_checkpoint
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.run.checks import check_ray_evaluation_release, check_ray_options, party_seeds
 from vfl_lightning.run.runtimes import LocalRuntime, party_policy
@@ -292,6 +293,7 @@ class GrpcRuntime(LocalRuntime):
             proposals,
             ledger=module.wire.ledger,
             round_fn=lambda: module.wire.ledger.rounds,
+            checkpoint_fn=lambda: resumable_checkpoint(module._trainer),
             device_fn=lambda: module.device,
             codec_fn=lambda: module.wire.downlink_codec,
             heartbeat_s=_positive(cfg, "heartbeat_s"),

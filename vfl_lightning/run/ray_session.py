@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from vfl_lightning.algorithms.base import VFLModule
 from vfl_lightning.algorithms.party_factory import PartyFactory
+from vfl_lightning.checkpoints import resumable_checkpoint
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.run.checks import check_ray_runtime, check_time_scale, party_seeds
 from vfl_lightning.run.runtimes import LocalRuntime, party_policy
@@ -97,6 +98,7 @@ def attach_ray_parties(cfg: DictConfig, module: VFLModule, datamodule=None) -> N
         trust=trust,
         ledger=module.wire.ledger,
         round_fn=lambda: module.wire.ledger.rounds,
+        checkpoint_fn=lambda: resumable_checkpoint(module._trainer),
         device_fn=lambda: module.device,
         codec_fn=lambda: module.wire.downlink_codec,
         policy=party_policy(cfg),

@@ -70,10 +70,11 @@ class GrpcFedVSParties(GrpcParties, FedVSParties):
             try:
                 party = self.arrivals.get(timeout=self.channels[0].timeout_s)
             except queue.Empty:
-                raise PartyLost(
+                lost = PartyLost(
                     f"fewer than {count} clients answered {method} within "
                     f"runtime.call_timeout_s={self.channels[0].timeout_s:g} s"
-                ) from None
+                )
+                raise self.lost(lost, method) from None
             stream = self.streams[party]
             while stream.skipping and stream.ready():
                 stream.skipping -= 1

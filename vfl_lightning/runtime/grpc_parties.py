@@ -21,7 +21,7 @@ import torch
 
 from vfl_lightning.algorithms.parties import Parties
 from vfl_lightning.data.alignment import AlignmentReport, align_with_parties
-from vfl_lightning.errors import ConfigError, PartyLost
+from vfl_lightning.errors import ConfigError, PartyLost, resume_advice
 from vfl_lightning.runtime.grpc_channel import PartyChannel, PartyFailure, encode_call
 from vfl_lightning.runtime.grpc_stream import Arrivals, PartyStream, StreamLoop
 from vfl_lightning.runtime.socket_bytes import SocketBytes
@@ -73,7 +73,9 @@ class GrpcParties(Parties):
     configuration and answers with a session. Then the certified key agreement: every party
     publishes its X25519 key signed with its certificate, the server relays all of them, every
     party verifies its peers' against its own CA (the server holds no pair seed). ``heartbeat_s``:
-    a quiet party is greeted that often, so a party tells a busy server from a gone one."""
+    a quiet party is greeted that often, so a party tells a busy server from a gone one.
+    ``checkpoint_fn``: the run's checkpoint on disk at this moment (None before the first), which
+    a lost party's line offers to resume from."""
 
     name = "grpc"
     canaries_from_run = False
@@ -85,6 +87,7 @@ class GrpcParties(Parties):
         *,
         ledger=None,
         round_fn: Callable[[], int] = lambda: 0,
+        checkpoint_fn: Callable[[], str | None] = lambda: None,
         device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
         codec_fn: Callable[[], Codec] = Codec,
         heartbeat_s: float = 5.0,
@@ -92,6 +95,7 @@ class GrpcParties(Parties):
     ) -> None:
         self.channels = channels
         self.ledger, self.round_fn, self.device_fn = ledger, round_fn, device_fn
+        self.checkpoint_fn = checkpoint_fn
         self.codec_fn = codec_fn
         self.run = str(proposals[0]["run"])
         self.streams: list[PartyStream] = []
@@ -107,13 +111,11 @@ class GrpcParties(Parties):
 
     # ----------------------------------------------------------------- calls
     def lost(self, error: Exception, what: str) -> Exception:
-        """A lost party's error with the training round and how to resume."""
+        """A lost party's error with the training round and how to go on: resume from the run's
+        checkpoint when there is one, else run the command again."""
         if isinstance(error, PartyLost):
-            return PartyLost(
-                f"{error} at training round {self.round_fn()} ({what}); the run stopped, its last "
-                "checkpoint is intact: restart the party program and resume with "
-                "ckpt_path=<run dir>/checkpoints/last.ckpt"
-            )
+            advice = resume_advice(self.checkpoint_fn(), "restart the party program and ")
+            return PartyLost(f"{error} at training round {self.round_fn()} ({what}); {advice}")
         return error
 
     def reply(self, party: int, what: str, timeout_s: float | None = None) -> dict:

@@ -15,7 +15,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from vfl_lightning.algorithms.parties import Parties
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.algorithms.party_policy import PartyPolicy
-from vfl_lightning.errors import ConfigError, PartyLost, PartyRefusal
+from vfl_lightning.errors import ConfigError, PartyLost, PartyRefusal, resume_advice
 from vfl_lightning.mechanisms.identity import KeyAuthenticationError, SignedPublicKey
 from vfl_lightning.runtime.party_actors import (
     SPLITS,
@@ -103,6 +103,7 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
         asynchronous: bool = False,
         ledger=None,
         round_fn: Callable[[], int] = lambda: 0,
+        checkpoint_fn: Callable[[], str | None] = lambda: None,
         device_fn: Callable[[], torch.device] = lambda: torch.device("cpu"),
         codec_fn: Callable[[], Codec] = Codec,
         policy: PartyPolicy | None = None,
@@ -114,6 +115,7 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
         self.time_scale = float(time_scale)
         self.trust = trust
         self.policy = policy
+        self.round_fn, self.checkpoint_fn = round_fn, checkpoint_fn
         self.run = trust.run
         self.actor_class = AsyncPartyActor if asynchronous else SyncPartyActor
         options = party_options(party_resources, num_parties)
@@ -122,7 +124,6 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
             self.start_actor(factory, m, threads, options[m]) for m in range(num_parties)
         ]
         self.ledger = ledger
-        self.round_fn = round_fn
         self.device_fn = device_fn
         self.updates: dict[int, ray.ObjectRef] = {}
         self.batches: PartyExchange | None = None
@@ -213,20 +214,19 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
 
     def lost(self, party: int, what: str, error: RayActorError | None = None) -> PartyLost:
         """The one line for a party whose actor died: the error that stopped it when it failed
-        to start, and resuming only once a training round has run."""
+        to start, and resuming only from a checkpoint the run has (``checkpoint_fn``)."""
         round = self.round_fn()
         cause = ""
         if error is not None and error.actor_init_failed:
             lines = [line.strip() for line in str(error).splitlines() if line.strip()]
             cause = f": it failed to start ({lines[-1]})" if lines else ": it failed to start"
-        resume = (
-            "; the run stopped, its last checkpoint (if one was written) is intact: resume with "
-            "ckpt_path=<run dir>/checkpoints/last.ckpt"
-            if round > 0
-            else "; the run stopped before training"
-        )
+        checkpoint = self.checkpoint_fn()
+        if checkpoint is None and round == 0:
+            advice = "the run stopped before training: run the same command again"
+        else:
+            advice = resume_advice(checkpoint)
         return PartyLost(
-            f"party {party}'s Ray actor died at training round {round} ({what}){cause}{resume}"
+            f"party {party}'s Ray actor died at training round {round} ({what}){cause}; {advice}"
         )
 
     def send(self, xs, idx, *, stage, round):
