@@ -5,7 +5,8 @@ starting ``party 0 refuse``), never in a failure of the party's code (``INTERNAL
 exception's text): row indices of another dtype, a sparse gradient with float indices, an
 evaluation restart of a stage the party has no stream of, FedVS shares collected before or
 after the party shared its own, a FedVS update of rows it never coded, frames nested deeper than
-any message of the schema."""
+any message of the schema, a call whose frame does not decode (named in the line, whatever call
+came before it)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ pytest.importorskip("grpc")
 
 from grpc_parties import Aborted, ServerContext, session_of, stream_calls  # noqa: E402
 
-from vfl_lightning.runtime.grpc_channel import bundle  # noqa: E402
+from vfl_lightning.runtime.grpc_channel import bundle, encode_call  # noqa: E402
 from vfl_lightning.wire.frames import MAX_DEPTH, FrameError, decode_frame  # noqa: E402
 
 NPQ = ["algo=npq", "data=breast_cancer", "data.num_parties=2"]
@@ -105,6 +106,49 @@ def test_a_frame_nested_deeper_than_any_message_is_refused(tmp_path):
     for _ in range(MAX_DEPTH):
         nested = nested[0]
     assert nested is None
+
+
+def raw_refusal(program, messages: list[list[bytes]]) -> str:
+    """The line with which the party ended a stream of ``messages`` (each a list of encoded
+    calls, one stream message) after its Open."""
+    opened = encode_call("Open", {"session": program.session.session})
+    stream = [bundle([opened]), *(bundle(calls) for calls in messages)]
+    with pytest.raises(Aborted) as aborted:
+        list(program.handlers().stream(iter(stream), ServerContext(program.config.server_name)))
+    assert aborted.value.code == grpc.StatusCode.PERMISSION_DENIED
+    assert "\n" not in aborted.value.line
+    return aborted.value.line
+
+
+def test_a_call_that_does_not_decode_is_named_in_the_line_not_the_call_before_it(tmp_path):
+    program, _ = session_of(tmp_path, NPQ)
+    rounds = iter(range(10))
+
+    def send() -> bytes:  # a release the party answers (each round once)
+        fields = {"idx": torch.arange(4), "stage": "train", "round": next(rounds)}
+        return encode_call("Send", fields)
+
+    fix = "; the server must run the party's vfl_lightning version"
+    no_fields = bytes([13]) + b"ApplyGradient" + b"\x01\x00"
+    expected = (
+        "party 0 refuses ApplyGradient: its frame does not decode (ApplyGradient call: 0 fields, "
+        f"expected 3 (['gradient', 'fresh', 'mu'])){fix}"
+    )
+    assert raw_refusal(program, [[send()], [no_fields]]) == expected
+    assert raw_refusal(program, [[send(), no_fields]]) == expected  # in one stream message
+    deep = bytes([6]) + b"Answer" + b"\x01\x01" + b"\x09\x01" * (MAX_DEPTH + 2) + b"\x00"
+    line = raw_refusal(program, [[send()], [deep]])
+    assert line.startswith("party 0 refuses Answer: its frame does not decode (") and line.endswith(
+        fix
+    )
+    assert f"more than {MAX_DEPTH} deep" in line
+    unknown = bytes([5]) + b"Steal" + b"\x01\x00"
+    assert raw_refusal(program, [[send()], [unknown]]) == (
+        f"party 0 refuses Steal: its frame does not decode (unknown call 'Steal'){fix}"
+    )
+    assert raw_refusal(program, [[send()], [b""]]) == (
+        f"party 0 refuses an empty call: its frame does not decode (an empty call){fix}"
+    )
 
 
 def test_a_proposal_of_fewer_parties_is_counted_at_its_larger_epsilon_and_capped(tmp_path):

@@ -101,7 +101,8 @@ def test_a_stream_message_that_does_not_parse_is_refused_in_one_line(deployment,
     channel.close()
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert refused.value.details() == (
-        "party 0 (Open): FrameError: a stream message ends inside a call"
+        "party 0 refuses a stream message: its frame does not decode (a stream message ends "
+        "inside a call); the server must run the party's vfl_lightning version"
     )
 
 

@@ -99,6 +99,13 @@ def unbundle(data: bytes) -> list[memoryview]:
     return calls
 
 
+def call_name(data: bytes) -> str:
+    """The method a session call names, as sent (:func:`decode_call` checks it)."""
+    if not data:
+        return "an empty call"
+    return one_line(bytes(data[1 : 1 + data[0]]).decode(errors="replace"), 60)
+
+
 def decode_call(data: bytes) -> tuple[str, dict]:
     """(method, request fields) of a session call; an unknown method or a frame that does not
     match its schema raises :class:`FrameError`."""
@@ -144,7 +151,12 @@ class PartyService:
     def fail(self, context: grpc.ServicerContext, error: BaseException, method: str) -> None:
         """Print the failure's one line and end the call with it."""
         line = one_line(str(error) or type(error).__name__)
-        if not line.startswith("party "):
+        if isinstance(error, FrameError):
+            line = (
+                f"party {self.party} refuses {method}: its frame does not decode ({line}); the "
+                "server must run the party's vfl_lightning version"
+            )
+        elif not line.startswith("party "):
             line = f"party {self.party} ({method}): {type(error).__name__}: {line}"
         print(f"error: {line}", flush=True)
         if refusal_status(error) == grpc.StatusCode.INTERNAL:
@@ -184,7 +196,9 @@ class PartyService:
             run = None
             for message in requests:
                 self.on_call()
+                method = "a stream message"  # until its calls are read
                 for data in unbundle(message):
+                    method = call_name(data)  # the call that fails to decode is the one named
                     method, fields = decode_call(data)
                     if run is None:
                         if method != "Open":
