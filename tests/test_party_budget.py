@@ -130,6 +130,56 @@ def test_the_budget_counts_the_most_released_row_and_refuses_nothing_it_does_not
     assert restored.spent() == budget.spent()
 
 
+def counted_at_once(releases) -> np.ndarray:
+    """Each release added to the counts as it is recorded: the array grows to the larger of the
+    release's row count and twice its length when a row is past its end."""
+    counts = None
+    for rows in releases:
+        top = int(rows.max()) + 1
+        if counts is None or len(counts) < top:
+            grown = np.zeros(max(top, 0 if counts is None else 2 * len(counts)), dtype=np.int64)
+            if counts is not None:
+                grown[: len(counts)] = counts
+            counts = grown
+        np.add.at(counts, rows, 1)
+    return counts
+
+
+def test_the_counts_hold_every_recorded_release_whenever_they_are_read():
+    """Releases are added to the counts when the counts are read: every reading (the counts,
+    the most-released row, the state) equals counting each release as it was recorded, also
+    after a release names a row from the end (a negative index), and a row cap sees them."""
+    rng = np.random.default_rng(0)
+    pbm = PBM(num_parties=2, b=4, beta=0.1)
+    budget = PartyBudget(0, PartyPolicy(), pbm, embedding_dim=4)
+    releases = [rng.integers(0, top, size=8) for top in (3, 5, 40, 41, 12, 200, 7)]
+    releases.insert(4, np.array([-1, 2, -3]))
+    for step, rows in enumerate(releases):
+        held = rows.copy()
+        budget.admit("send", "train", held, pbm.noise_multiplier)
+        held[:] = 0  # the budget keeps what it was given, not the caller's array
+        if step in (1, 6):
+            assert np.array_equal(budget.counts["train"], counted_at_once(releases[: step + 1]))
+    expected = counted_at_once(releases)
+    assert np.array_equal(budget.counts["train"], expected)
+    budget.admit("send", "train", np.array([1, 1]), pbm.noise_multiplier)
+    expected[1] += 2
+    assert budget.most_released(training=True) == int(expected.max())
+    assert np.array_equal(budget.state_dict()["counts"]["train"].numpy(), expected)
+    budget.admit("send", "train", np.array([0]), pbm.noise_multiplier)
+    restored = PartyBudget(0, budget.policy, pbm, embedding_dim=4)
+    restored.admit("send", "train", np.array([7]), pbm.noise_multiplier)  # replaced by the load
+    restored.load_state_dict(budget.state_dict())
+    assert np.array_equal(restored.counts["train"], budget.counts["train"])
+    capped = PartyBudget(0, PartyPolicy(max_releases_per_row=2), pbm, embedding_dim=4)
+    capped.load_state_dict(budget.state_dict())
+    capped.counts = {}  # a fresh count: two releases of row 4 are recorded, a third is refused
+    for _ in range(2):
+        capped.record("train", np.array([4]), pbm.noise_multiplier)
+    with pytest.raises(PartyRefusal, match="release 3 of row 4 of train"):
+        capped.check("send", "train", np.array([4]), pbm.noise_multiplier)
+
+
 # ----------------------------------------------------------------- the party's own policy (Ray)
 def actor(make_cfg, party_dir: Path, *overrides) -> SyncPartyActor:
     cfg = make_cfg(*RAY_TWO_PARTIES, "runtime=ray", f"runtime.party_dir={party_dir}", *overrides)

@@ -46,12 +46,28 @@ class PartyBudget:
         accounted = getattr(mechanism, "accounting", None) in ANALYSES
         self.mechanism = mechanism if accounted else None
         self.embedding_dim = int(embedding_dim)
-        self.counts: dict[str, np.ndarray] = {}
+        self._counts: dict[str, np.ndarray] = {}
+        self._pending: dict[str, list[np.ndarray]] = {}
         self.whole: dict[str, int] = {}
         self.clean: set[str] = set()
         self.unaccounted: set[str] = set()
         self._eps: dict[int, float] = {}
         self._allowed: int | None = None
+
+    @property
+    def counts(self) -> dict[str, np.ndarray]:
+        """Per split, how often each row was released (index: the row), every recorded release
+        included. A release's rows are kept as they are recorded and added to these counts when
+        they are read (:meth:`check` under a row limit, :meth:`spent`, :meth:`state_dict`), so a
+        training step without a row limit costs one list append."""
+        if self._pending:
+            self._fold()
+        return self._counts
+
+    @counts.setter
+    def counts(self, counts: dict[str, np.ndarray]) -> None:
+        self._pending = {}
+        self._counts = counts
 
     # ----------------------------------------------------------------- releases
     def admit(self, call: str, split: str, rows: np.ndarray | None, noise: float | None) -> None:
@@ -135,16 +151,41 @@ class PartyBudget:
         return min(limits) if limits else None
 
     def _count(self, split: str, rows: np.ndarray) -> None:
-        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-        if rows.size == 0:
-            return
-        counts = self.counts.get(split)
-        top = int(rows.max()) + 1
+        """Keep a copy of ``rows`` for the split's counts (:meth:`_fold`)."""
+        rows = np.array(rows, dtype=np.int64).reshape(-1)
+        if rows.size:
+            self._pending.setdefault(split, []).append(rows)
+
+    def _fold(self) -> None:
+        """Add the kept releases to the counts: the counts and array lengths that adding each
+        release as it was recorded gives (an array grows to the larger of its row count and
+        twice its length when a release names a row past its end; a negative row counts at its
+        place from the end of the array as it was then)."""
+        pending, self._pending = self._pending, {}
+        for split, releases in pending.items():
+            every = np.concatenate(releases) if len(releases) > 1 else releases[0]
+            if every.min() < 0:
+                for rows in releases:
+                    self._add(split, rows, int(rows.max()) + 1)
+                continue
+            sizes = [0, *(len(rows) for rows in releases[:-1])]
+            tops = np.maximum.reduceat(every, np.cumsum(sizes)) + 1
+            counts = self._counts.get(split)
+            length = None if counts is None else len(counts)
+            for top in tops.tolist():
+                if length is None or length < top:
+                    length = max(top, 0 if length is None else 2 * length)
+            self._add(split, every, length)
+
+    def _add(self, split: str, rows: np.ndarray, top: int) -> None:
+        """Count ``rows`` of ``split`` once each, the array grown to ``top`` rows if shorter (to
+        the larger of ``top`` and twice its length)."""
+        counts = self._counts.get(split)
         if counts is None or len(counts) < top:
             grown = np.zeros(max(top, 0 if counts is None else 2 * len(counts)), dtype=np.int64)
             if counts is not None:
                 grown[: len(counts)] = counts
-            counts = self.counts[split] = grown
+            counts = self._counts[split] = grown
         np.add.at(counts, rows, 1)
 
     def row_budget(self, limit: int) -> str:

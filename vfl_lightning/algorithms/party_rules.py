@@ -282,8 +282,9 @@ def checked_gradients(
     (cast to the embedding's dtype, as autograd would) and finite once cast,
     and each row's L2 norm is within the party's ``policy.max_gradient_norm`` (or, with
     ``policy.large_gradient=clip``, the oversized rows are scaled down to it). One host sync for
-    every party together (the largest row norm of each); gradients that are the same values (one
-    tensor handed to several parties, as a sum or mean fusion does) are measured once."""
+    every party together (the largest row norm of each, :func:`largest_row_norms`); gradients that
+    are the same values (one tensor handed to several parties, as a sum or mean fusion does) are
+    measured once. The row norms of a gradient to clip are computed for it alone."""
     present, out = [], list(gradients)
     for index, (guard, gradient, embedding) in enumerate(
         zip(guards, gradients, embeddings, strict=True)
@@ -306,8 +307,8 @@ def checked_gradients(
             present.append((index, guard, gradient))
     if not present:
         return out
-    norms, largest = measured_rows([gradient for _, _, gradient in present])
-    for (index, guard, gradient), rows, worst in zip(present, norms, largest, strict=True):
+    largest = largest_row_norms([gradient for _, _, gradient in present])
+    for (index, guard, gradient), worst in zip(present, largest, strict=True):
         if not math.isfinite(worst):
             raise guard.refusal(call, "a received gradient must be finite, got NaN or infinity")
         bound = guard.policy.max_gradient_norm
@@ -319,14 +320,17 @@ def checked_gradients(
                 f"a received gradient row has L2 norm {worst:.4g}, above its "
                 f"{guard.policy.setting('max_gradient_norm')}",
             )
+        rows = row_norms(gradient)
         scale = (bound / rows.clamp_min(torch.finfo(rows.dtype).tiny)).clamp(max=1.0)
         out[index] = gradient * scale.reshape(-1, *([1] * (gradient.dim() - 1)))
     return out
 
 
-def measured_rows(gradients: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[float]]:
-    """(each gradient's :func:`row_norms`, its largest row norm as a float), computed once per
-    distinct view (the same memory, shape, strides, dtype and device hold the same values)."""
+def largest_row_norms(gradients: Sequence[torch.Tensor]) -> list[float]:
+    """The largest :func:`row_norms` of each gradient, as floats (one host sync). Each distinct
+    view (the same memory, shape, strides, dtype and device hold the same values) is measured
+    once; distinct views of one shape, dtype and device (a concatenation's gradient split by
+    party) are stacked and measured in one computation, each row's norm over its own values."""
     of_view: dict[tuple, int] = {}
     distinct: list[torch.Tensor] = []
     positions = []
@@ -336,13 +340,23 @@ def measured_rows(gradients: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor]
         position = of_view.get(view)
         if position is None:
             position = of_view[view] = len(distinct)
-            distinct.append(row_norms(gradient))
+            distinct.append(gradient)
         positions.append(position)
+    first = distinct[0]
     if len(distinct) == 1:
-        largest = [distinct[0].amax().item()]
+        one_row = first.dim() < 2  # its one row's norm is the norm of all of it
+        norms = torch.linalg.vector_norm(first) if one_row else row_norms(first).amax()
+        largest = [norms.item()]
+    elif all(
+        g.shape == first.shape and g.dtype == first.dtype and g.device == first.device
+        for g in distinct[1:]
+    ):
+        rows = first.shape[0] if first.dim() >= 2 else 1
+        stacked = torch.stack(distinct).reshape(len(distinct), rows, -1)
+        largest = torch.linalg.vector_norm(stacked, dim=2).amax(dim=1).tolist()
     else:
-        largest = torch.stack([n.amax() for n in distinct]).tolist()
-    return [distinct[i] for i in positions], [largest[i] for i in positions]
+        largest = torch.stack([row_norms(g).amax() for g in distinct]).tolist()
+    return [largest[i] for i in positions]
 
 
 def row_norms(gradient: torch.Tensor) -> torch.Tensor:
