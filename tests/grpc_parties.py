@@ -181,7 +181,7 @@ def session_of(root: Path, overrides: list[str], seeds: str = "private", policy=
             return str(error)
         raise AssertionError(f"{call} was not refused")
 
-    write_development_ca(root / "certs", 1)
+    write_development_ca(root / "certs", 2)  # party 1: a peer whose keys a test certifies
     manifest = export(overrides, root / "data")
     config = write_party_config(
         root / "party.yaml",

@@ -108,6 +108,48 @@ def test_a_frame_nested_deeper_than_any_message_is_refused(tmp_path):
     assert nested is None
 
 
+def certified(root, party: int, run_id: str, key) -> list:
+    """Party ``party``'s X25519 ``key`` for ``run_id`` as the server relays it, signed with its
+    certificate in ``root``/certs."""
+    from vfl_lightning.mechanisms.certificates import Credentials, certify_key
+    from vfl_lightning.mechanisms.keys import public_bytes
+
+    certs = root / "certs"
+    files = (certs / "ca.pem", certs / f"party_{party}.pem", certs / f"party_{party}.key")
+    credentials = Credentials.from_files(*files, settings=("ca", "cert", "key"))
+    signed = certify_key(credentials, run_id=run_id, party=party, public_key=public_bytes(key))
+    return [party, signed.public_key, signed.certificate, signed.signature]
+
+
+def test_a_party_agrees_on_keys_once_per_session_with_one_key_per_party(tmp_path):
+    """Agree with no key, too few or too many is refused (before: no pair seed, or the party's
+    code failing); the honest agreement gives the pair seed party 1 computes; a second Agree,
+    with the same keys or a fresh certified key of party 1, is refused and the seed kept, so a
+    server cannot re-key the party's masks mid-session."""
+    from vfl_lightning.mechanisms.keys import fresh_private_key, pair_seed
+
+    program, session = session_of(tmp_path, ["algo=pbm", "data=breast_cancer", *NPQ[2:]])
+    published = stream_calls(program, [("PublishKey", {"run_id": "run"})])[0]
+    own = [0, published["public_key"], published["certificate"], published["signature"]]
+    peer_key = fresh_private_key()
+    peer = certified(tmp_path, 1, "run", peer_key)
+    for keys in ([], [own], [own, peer, peer]):
+        line = refusal(program, [("Agree", {"run_id": "run", "keys": keys})])
+        assert line == (
+            "party 0 refused agree: the relayed keys are one per party of the run (2), got "
+            f"{len(keys)}"
+        )
+        assert session.mechanism.masking.pairs == []
+    assert stream_calls(program, [("Agree", {"run_id": "run", "keys": [own, peer]})]) == [{}]
+    expected = pair_seed(peer_key, published["public_key"], 0, 1)
+    assert session.mechanism.masking.pair_seeds == [expected]
+    again = "party 0 refused agree: the key agreement runs once per session and this one has run"
+    for keys in ([own, peer], [own, certified(tmp_path, 1, "run", fresh_private_key())]):
+        line = refusal(program, [("Agree", {"run_id": "run", "keys": keys})])
+        assert line.startswith(again)
+    assert session.mechanism.masking.pair_seeds == [expected]
+
+
 def raw_refusal(program, messages: list[list[bytes]]) -> str:
     """The line with which the party ended a stream of ``messages`` (each a list of encoded
     calls, one stream message) after its Open."""

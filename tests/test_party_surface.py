@@ -137,6 +137,37 @@ def test_masks_fail_closed_until_the_authenticated_key_agreement(make_cfg, tmp_p
     assert bool((total <= 2 * mechanism.b).all())  # the true masks cancel in the sum
 
 
+def test_the_key_agreement_runs_once_with_one_key_per_party(make_cfg, tmp_path):
+    """An actor takes one key agreement, with one relayed key per party: an empty, short or long
+    list is refused before any pair seed is set, and a second agreement (the same keys, or the
+    fresh keys of another run's actors, which verify against the same pinned identities) is
+    refused with the first one's pair seeds kept, so its masks still cancel with its peer's."""
+    parties = actors(make_cfg, tmp_path, "algo=pbm")
+    published = [party.publish_key("run") for party in parties]
+    ids, keys = [i for i, _ in published], [k for _, k in published]
+    for relayed in ([], keys[:1], [*keys, keys[0]]):
+        with pytest.raises(PartyRefusal) as refused:
+            parties[0].agree("run", ids, relayed)
+        assert str(refused.value) == (
+            "party 0 refused agree: the relayed keys are one per party of the run (2), got "
+            f"{len(relayed)}"
+        )
+        assert parties[0].mechanism.masking.pairs == []
+    agree(parties)
+    seeds = list(parties[0].mechanism.masking.pair_seeds)
+    others = actors(make_cfg, tmp_path, "algo=pbm")  # same identities, fresh X25519 keys
+    fresh = [party.publish_key("run") for party in others]
+    repeat = "party 0 refused agree: the key agreement runs once per session and this one has run"
+    for relayed in (keys, [keys[0], fresh[1][1]]):
+        with pytest.raises(PartyRefusal, match=f"^{repeat}"):
+            parties[0].agree("run", ids, relayed)
+    assert parties[0].mechanism.masking.pair_seeds == seeds
+    idx = torch.arange(8)
+    messages = [party.send(idx, "train", 0)[0].long() for party in parties]
+    mechanism = parties[0].mechanism
+    assert bool((sum(messages) % mechanism.modulus <= 2 * mechanism.b).all())
+
+
 def test_an_unseeded_masking_holds_no_pair_and_masks_nothing():
     masking = PairwiseMasking(3, 6)
     assert masking.pairs == []

@@ -45,6 +45,7 @@ from vfl_lightning.runtime.party_state import (
     party_state_path,
     save_party_state,
 )
+from vfl_lightning.runtime.party_trust import check_agreement
 from vfl_lightning.wire.codecs import Codec, decode_form
 from vfl_lightning.wire.frames import FrameError
 
@@ -122,6 +123,7 @@ class PartySession:
         self.last_gradient: torch.Tensor | None = None
         self.key = fresh_private_key()
         self.channel_keys: dict[int, bytes] = {}
+        self.agreed = False
 
     def refuse(self, rule: str) -> PartyRefusal:
         return PartyRefusal(f"party {self.party} refuses: {rule}")
@@ -155,7 +157,9 @@ class PartySession:
 
     def agree(self, fields: dict) -> dict:
         """Verify every relayed key against this party's CA and the peer's name, then derive the
-        pair seeds and the pair channel keys."""
+        pair seeds and the pair channel keys: once per session, one key per party of the
+        proposal (:func:`check_agreement`)."""
+        check_agreement(self.own.guard, self.agreed, fields["keys"], self.mechanism.num_parties)
         relayed = []
         for entry in fields["keys"]:
             if not (isinstance(entry, list) and len(entry) == 4):
@@ -180,6 +184,7 @@ class PartySession:
             for m, key in enumerate(relayed)
             if m != self.party
         }
+        self.agreed = True
         return {}
 
     # ----------------------------------------------------------------- sample alignment

@@ -35,7 +35,7 @@ from vfl_lightning.runtime.party_state import (
     party_state_path,
     save_party_state,
 )
-from vfl_lightning.runtime.party_trust import PartyKeys, PartyTrust
+from vfl_lightning.runtime.party_trust import PartyKeys, PartyTrust, check_agreement
 from vfl_lightning.runtime.ray_alignment import PsiActorMethods
 from vfl_lightning.runtime.ray_async import AsyncPartyMethods
 from vfl_lightning.runtime.transport import array_bytes, serialized_bytes, wire_dtype
@@ -131,6 +131,7 @@ class PartyActor(PsiActorMethods):
         if generators.private:
             torch.manual_seed(private_seed())
         self.keys = PartyKeys(trust, self.party)
+        self.agreed = False
         self.run = trust.run
         self.bits = self.mechanism.bits_per_element
 
@@ -151,10 +152,13 @@ class PartyActor(PsiActorMethods):
 
     def agree(self, run_id: str, identities: list[bytes], relayed: list[SignedPublicKey]) -> None:
         """Verify every peer's relayed key against its pinned identity, then derive this party's
-        pair seeds (secure aggregation); a substituted key raises, naming its party."""
+        pair seeds (secure aggregation); a substituted key raises, naming its party. Once per
+        actor, with one key per party (:func:`check_agreement`)."""
+        check_agreement(self.own.guard, self.agreed, relayed, self.mechanism.num_parties)
         seeds = self.keys.pair_seeds(run_id, identities, relayed)
         if self.mechanism.uses_pair_masks:
             self.mechanism.set_pair_seeds(seeds)
+        self.agreed = True
 
     def send(self, idx: torch.Tensor, stage: str, round: int | None):
         """(message, serialized bytes): this party's release of rows ``idx`` of the stage, encoded

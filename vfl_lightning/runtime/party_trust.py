@@ -65,6 +65,24 @@ class PartyTrust:
         return party_folder(self.root(), party)
 
 
+def check_agreement(guard, agreed: bool, relayed: list, num_parties: int) -> None:
+    """Refuse, in the guard's one line, a key agreement its session already ran, or relayed keys
+    that are not one per party of the run. Pair masks and channel keys are fixed for a session
+    once agreed: a server cannot re-key a party mid-run (a new run or proposal is a new session,
+    with a fresh key)."""
+    if agreed:
+        raise guard.refusal(
+            "agree",
+            "the key agreement runs once per session and this one has run: a second one would "
+            "re-key its pair masks and channel keys mid-run (a new run starts a new session)",
+        )
+    if len(relayed) != num_parties:
+        raise guard.refusal(
+            "agree",
+            f"the relayed keys are one per party of the run ({num_parties}), got {len(relayed)}",
+        )
+
+
 class PartyKeys:
     """Party ``party``'s keys in its actor: a fresh X25519 key for this run, and its long-term
     Ed25519 identity (made on first use in its folder) that signs it."""
