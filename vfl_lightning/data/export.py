@@ -12,6 +12,7 @@ and, at ``data.overlap=1``, trains on the same batches as the dataset itself.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -27,31 +28,69 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def compose_run_config(overrides: list[str], config_dir: Path = CONF_DIR):
-    """The config ``python train.py <overrides>`` would run (without Hydra's run directory)."""
+    """The config ``python train.py <overrides>`` would run (without Hydra's run directory); an
+    override Hydra refuses (an unknown key or group option, an unreadable value) is a
+    ConfigError worded as train.py words it."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+
+    from vfl_lightning.errors import ConfigError
+    from vfl_lightning.run.hydra_cli import explain
 
     if not (config_dir / "train.yaml").is_file():
         raise PartyFilesError(f"--config-dir {config_dir} holds no train.yaml")
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(config_dir)):
-            return compose("train", overrides=list(overrides))
+            try:
+                return compose("train", overrides=list(overrides))
+            except Exception as error:
+                line = explain(error)  # while Hydra knows the config folders it suggests from
+                if line is None:
+                    raise
+                raise ConfigError(line) from None
     finally:
         GlobalHydra.instance().clear()
 
 
+OUT_FIX = "choose a new directory you can write"
+
+
+def check_out(out: Path) -> None:
+    """``--out`` is a new or empty directory this process can make and write (nothing is made
+    yet), else one PartyFilesError line naming it."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise PartyFilesError(f"--out {out} exists and is not an empty directory; choose a new one")
+    folder = out.absolute()
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        problem = f"{folder} is a file"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        problem = f"{folder} is not writable"
+    else:
+        return
+    raise PartyFilesError(f"--out {out} cannot be used: {problem}; {OUT_FIX}")
+
+
 def export(overrides: list[str], out: Path, config_dir: Path = CONF_DIR) -> Manifest:
-    """Build the data module of ``overrides`` and write its party files into ``out``."""
+    """Build the data module of ``overrides`` and write its party files into ``out``; the
+    overrides and ``out`` are checked before torch is imported."""
+    cfg = compose_run_config(overrides, config_dir)
+    cfg.paths.output_dir = str(out)  # train.py's is Hydra's run directory; export writes to --out
+    if config_dir.resolve() == CONF_DIR:  # the key index describes the shipped config files
+        from vfl_lightning.run.early import check_early
+
+        check_early(cfg)  # every key, type and range as train.py checks them
+    check_out(Path(out))
+
     import lightning as L
     from hydra.utils import get_class
-    from omegaconf import OmegaConf
 
     from vfl_lightning.algorithms.party_factory import PartyFactory
     from vfl_lightning.data.datamodule import VerticalDataModule
     from vfl_lightning.data.files_datamodule import PartyFilesDataModule
 
-    cfg = compose_run_config(overrides, config_dir)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     target = get_class(cfg.data._target_)
     if issubclass(target, PartyFilesDataModule) or not issubclass(target, VerticalDataModule):
@@ -60,6 +99,17 @@ def export(overrides: list[str], out: Path, config_dir: Path = CONF_DIR) -> Mani
             f"{cfg.data.get('_target_')}"
         )
     datamodule = PartyFactory.from_config(cfg).datamodule(psi="always", defer_alignment=True)
+    try:
+        return write(datamodule, cfg, out)
+    except OSError as error:
+        reason = error.strerror or " ".join(str(error).split())
+        raise PartyFilesError(f"--out {out} cannot be used: {reason}; {OUT_FIX}") from None
+
+
+def write(datamodule, cfg, out: Path) -> Manifest:
+    """The party files of ``datamodule`` (awaiting its PSI) in ``out``."""
+    from omegaconf import OmegaConf
+
     pending = datamodule.pending
     tables = datamodule.party_tables
     return write_party_files(
@@ -88,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m vfl_lightning.data.export",
         description="Write the run's data as one file per party, one for the server, a manifest.",
+        epilog=(
+            "The overrides are train.py's and are checked as train.py checks them (an unknown "
+            "key or option, a wrong type or range is one 'error:' line, exit 2). Example: "
+            "python -m vfl_lightning.data.export data=digits data.num_parties=2 "
+            "data.overlap=0.8 --out parties/"
+        ),
     )
     parser.add_argument(
         "overrides", nargs="*", help="train.py's Hydra overrides (data=..., seed=...)"
