@@ -24,8 +24,10 @@ rate includes the wait for the R-th coded embedding (about 0.2-0.4 simulated s a
 ``--runtime grpc`` starts one party program per party (``python -m vfl_lightning.party serve``,
 127.0.0.1, a development CA, derived seeds, in a user's environment: without the tests'
 ``OMP_NUM_THREADS``) and times the same protocol steps against them; its
-echo is M no-op party programs over mutual TLS, one stream each (a 60-byte request answered with
-500 bytes, and a 2 KB message without reply, per party and round). ``--json FILE`` writes, per algo, ``local_rps``, ``runtime_rps`` and
+echo is M no-op party programs over mutual TLS, reached through the runtime's own stream client
+(``PartyStream`` on one ``StreamLoop``, as ``GrpcParties`` drives them): per party and round a
+``Send`` of 32 packed row indices answered with 500 bytes, and the 2 KB gradient without reply,
+held to travel in one stream message with the next ``Send``. ``--json FILE`` writes, per algo, ``local_rps``, ``runtime_rps`` and
 ``slowdown`` (local_rps / runtime_rps), and ``cpu_ms_per_round``.
 
 A second table gives the CPU milliseconds per round (user + system time of all threads, from
@@ -344,32 +346,48 @@ def echo_round(
     return parties, 32, time_echo(parties, rounds, warmup, 16, 32, dtype, exchange, cpu)
 
 
-def serve_echo(folder: Path, party: int) -> None:
-    """A no-op party program for the gRPC echo: over mutual TLS with party ``party``'s
-    certificate, one stream that answers every message starting with ``r`` with 500 bytes."""
-    from concurrent.futures import ThreadPoolExecutor
+ECHO_REPLY_BYTES = 500
+"""The echo's reply to a ``Send``: a ``message`` list of this many bytes (a pbm release of 32
+rows x 16 at 6 bits packs to about 400)."""
 
+
+def serve_echo(folder: Path, party: int) -> None:
+    """A no-op party program for the gRPC echo: the party program's service and stream method
+    (:func:`~vfl_lightning.runtime.grpc_channel.start_server`, mutual TLS with party ``party``'s
+    certificate); each stream message's calls are read by name only, and every call that has a
+    reply is answered with a fixed frame of its reply schema (``Send``: ``ECHO_REPLY_BYTES``)."""
     import grpc
 
     from vfl_lightning.mechanisms.certificates import Credentials
-    from vfl_lightning.runtime.grpc_channel import OPTIONS
+    from vfl_lightning.runtime.grpc_channel import (
+        SERVICE,
+        STREAM,
+        call_name,
+        framed,
+        start_server,
+        unbundle,
+    )
+    from vfl_lightning.runtime.grpc_schema import SESSION
+    from vfl_lightning.wire.frames import encode_frame
 
     files = (folder / "ca.pem", folder / f"party_{party}.pem", folder / f"party_{party}.key")
     own = Credentials.from_files(*files, settings=("ca", "cert", "key"))
+    replies = {
+        "Open": encode_frame({}),
+        "Send": encode_frame(framed(SESSION["Send"][1], {"message": [bytes(ECHO_REPLY_BYTES)]})),
+    }
 
     def echo(requests, context):
-        for request in requests:
-            if request[:1] == b"r":
-                yield bytes(500)
+        for message in requests:
+            for call in unbundle(message):
+                reply = replies.get(call_name(call))
+                if reply is not None:
+                    yield reply
 
     handler = grpc.method_handlers_generic_handler(
-        "Echo", {"Stream": grpc.stream_stream_rpc_method_handler(echo)}
+        SERVICE, {STREAM: grpc.stream_stream_rpc_method_handler(echo)}
     )
-    server = grpc.server(ThreadPoolExecutor(max_workers=4), options=OPTIONS)
-    server.add_generic_rpc_handlers((handler,))
-    tls = grpc.ssl_server_credentials([(own.key, own.certificate)], own.ca, True)
-    port = server.add_secure_port("127.0.0.1:0", tls)
-    server.start()
+    server, port = start_server(handler, "127.0.0.1:0", own, workers=4)
     (folder / f"port_{party}").write_text(str(port))
     server.wait_for_termination()
 
@@ -377,52 +395,62 @@ def serve_echo(folder: Path, party: int) -> None:
 def time_grpc_echo(
     parties: int, rounds: int, warmup: int, out: Path, cpu: dict | None = None
 ) -> float:
-    """Median seconds of a bare gRPC round: M no-op party programs over mutual TLS, each sent a
-    60-byte request (answered with 500 bytes) and a 2 KB message without reply, as a pbm round's
-    messages are."""
-    import queue
+    """Median seconds of a bare gRPC round through the runtime's own transport: the server's
+    :class:`~vfl_lightning.runtime.grpc_stream.PartyStream` of each of M no-op party programs
+    on one :class:`~vfl_lightning.runtime.grpc_stream.StreamLoop`, as ``GrpcParties`` drives
+    them in a pbm round: a ``Send`` of 32 packed row indices to every party, the wait for every
+    reply (``ECHO_REPLY_BYTES``), then an ``ApplyGradient`` of 32 x 16 float32 held, to go in one
+    stream message with the next round's ``Send``."""
     import subprocess
 
-    import grpc
-
-    from vfl_lightning.mechanisms.certificates import Credentials, party_name, write_development_ca
-    from vfl_lightning.runtime.grpc_channel import OPTIONS
+    from vfl_lightning.mechanisms.certificates import Credentials, write_development_ca
+    from vfl_lightning.runtime.grpc_channel import PartyChannel, encode_call
+    from vfl_lightning.runtime.grpc_parties import packed_rows
+    from vfl_lightning.runtime.grpc_stream import PartyStream, StreamLoop
+    from vfl_lightning.wire.codecs import Codec
 
     folder = out / "echo"
     write_development_ca(folder, parties)
     command = [sys.executable, __file__, "--serve-echo", str(folder)]
     programs = [subprocess.Popen([*command, str(m)]) for m in range(parties)]
+    loop, streams = None, []
     try:
         while not all((folder / f"port_{m}").exists() for m in range(parties)):
             time.sleep(0.1)
         files = (folder / "ca.pem", folder / "server.pem", folder / "server.key")
         own = Credentials.from_files(*files, settings=("ca", "cert", "key"))
-        streams = []
+        loop = StreamLoop()
         for m in range(parties):
-            tls = grpc.ssl_channel_credentials(own.ca, own.key, own.certificate)
-            options = [*OPTIONS, ("grpc.ssl_target_name_override", party_name(m))]
             address = f"127.0.0.1:{(folder / f'port_{m}').read_text()}"
-            channel = grpc.secure_channel(address, tls, options=options)
-            requests: queue.Queue = queue.Queue()
-            streams.append(
-                (requests, channel.stream_stream("/Echo/Stream")(iter(requests.get, None)))
-            )
+            channel = PartyChannel(m, address, own, timeout_s=30)
+            streams.append(PartyStream(channel, "0" * 32, None, loop))
+        for stream in streams:
+            stream.reply()  # Open's
+        send = encode_call(
+            "Send", {"idx": packed_rows(torch.arange(32)), "stage": "train", "round": 0}
+        )
+        gradient = {"gradient": Codec().encode(torch.zeros(32, 16)), "fresh": False, "mu": 0.0}
+        update = encode_call("ApplyGradient", gradient)
 
         def one_round() -> None:
-            for requests, _ in streams:
-                requests.put(b"r" + bytes(60))
-            for _, replies in streams:
-                next(replies)
-            for requests, _ in streams:
-                requests.put(b"n" + bytes(2048))
+            for stream in streams:
+                stream.send_encoded("Send", send)
+            loop.until(lambda: all(stream.answered() for stream in streams), 30.0)
+            for stream in streams:
+                stream.reply()
+            for stream in streams:
+                stream.send_encoded("ApplyGradient", update, hold=True)
 
         median, window = timed_rounds(one_round, rounds, warmup)
         if cpu is not None:
             cpu.update(window, party_pids=[program.pid for program in programs])
-        for requests, _ in streams:
-            requests.put(None)
         return median
     finally:
+        for stream in streams:
+            stream.close(5.0)  # the echo answers the end of the stream by ending its own
+            stream.channel.close()
+        if loop is not None:
+            loop.close()
         for program in programs:
             program.kill()
             program.wait()
