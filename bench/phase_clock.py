@@ -106,6 +106,22 @@ def run_phases(*central: type) -> dict[tuple[type, str], str]:
     }
 
 
+def party_check_phases() -> dict[tuple[object, str], str]:
+    """The party-side checks as the local parties call them, each its own phase (module
+    functions where they are looked up): a guard's release checks, its budget's check and
+    count, a coded share's count, the received gradients' check, the conversion of a batch's
+    rows."""
+    from vfl_lightning.algorithms import fedvs_parties, local_parties, party
+    from vfl_lightning.algorithms.party_rules import PartyGuard
+
+    guard = ("check_release", "check_budget", "record_release", "coded_release")
+    return (
+        {(PartyGuard, name): name for name in guard}
+        | {(party, "checked_gradients"): "checked_gradients"}
+        | {(module, "release_rows"): "release_rows" for module in (local_parties, fedvs_parties)}
+    )
+
+
 def print_breakdown(results: dict[str, dict]) -> None:
     """The ``breakdown`` of each workload in ``results`` as a markdown table: each phase's CPU
     seconds in the run and in the Lightning floor, and over the central loop's CPU seconds."""

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from phase_clock import PhaseClock, run_phases  # noqa: E402
+from phase_clock import PhaseClock, party_check_phases, run_phases  # noqa: E402
 
 
 class Clock:
@@ -78,4 +78,13 @@ def test_every_method_of_a_run_breakdown_is_defined_by_its_class():
     methods = run_phases()
     assert set(methods.values()) == {"step", "batch", "evaluation", "checkpoint"}
     for owner, name in methods:
+        assert callable(vars(owner).get(name)), f"{owner.__name__}.{name}"
+
+
+def test_every_party_check_the_cost_bench_watches_is_defined_where_it_is_looked_up():
+    """bench/party_check_cost.py wraps these: a renamed check or a module that no longer looks
+    one up by that name would leave its time uncounted."""
+    checks = party_check_phases()
+    assert "checked_gradients" in checks.values() and "record_release" in checks.values()
+    for owner, name in checks:
         assert callable(vars(owner).get(name)), f"{owner.__name__}.{name}"

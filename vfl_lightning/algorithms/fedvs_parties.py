@@ -146,8 +146,9 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         responders = list(modelled)
         segment = self.codec.data_shares.shape[1]
         rows = torch.arange(self.codec.K, device=positions.device)[:, None] * segment + positions
+        released = release_rows(rows)
         for party in self.members:
-            party.guard.coded_release("coded_embedding", "train", release_rows(rows))
+            party.guard.coded_release("coded_embedding", "train", released)
         return responders, self.codec.coded_embeddings(positions, clients=responders)
 
     def update(self, xs, idx, gradient):
@@ -192,8 +193,9 @@ class LocalFedVSParties(LocalParties, FedVSParties):
         first R clients), as the Ray clients evaluate: no plain embedding is released."""
         if not self.coded:
             return super().eval_average(xs, idx, stage)
+        released = release_rows(idx)
         for party in self.members:
-            party.guard.coded_release("coded_eval_embedding", stage, release_rows(idx))
+            party.guard.coded_release("coded_eval_embedding", stage, released)
         device = self.device
         xs = [x.to(device) for x in list(xs)[: len(self.models)]]
         K, count = self.codec.K, int(xs[0].shape[0])

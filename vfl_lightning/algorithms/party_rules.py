@@ -331,6 +331,9 @@ def largest_row_norms(gradients: Sequence[torch.Tensor]) -> list[float]:
     view (the same memory, shape, strides, dtype and device hold the same values) is measured
     once; distinct views of one shape, dtype and device (a concatenation's gradient split by
     party) are stacked and measured in one computation, each row's norm over its own values."""
+    first = gradients[0]
+    if all(gradient is first for gradient in gradients):  # one tensor handed to every party
+        return _largest_of_distinct([first]) * len(gradients)
     of_view: dict[tuple, int] = {}
     distinct: list[torch.Tensor] = []
     positions = []
@@ -342,6 +345,12 @@ def largest_row_norms(gradients: Sequence[torch.Tensor]) -> list[float]:
             position = of_view[view] = len(distinct)
             distinct.append(gradient)
         positions.append(position)
+    largest = _largest_of_distinct(distinct)
+    return [largest[i] for i in positions]
+
+
+def _largest_of_distinct(distinct: Sequence[torch.Tensor]) -> list[float]:
+    """:func:`largest_row_norms` of gradients that are distinct views."""
     first = distinct[0]
     if len(distinct) == 1:
         one_row = first.dim() < 2  # its one row's norm is the norm of all of it
@@ -356,7 +365,7 @@ def largest_row_norms(gradients: Sequence[torch.Tensor]) -> list[float]:
         largest = torch.linalg.vector_norm(stacked, dim=2).amax(dim=1).tolist()
     else:
         largest = torch.stack([row_norms(g).amax() for g in distinct]).tolist()
-    return [largest[i] for i in positions]
+    return largest
 
 
 def row_norms(gradient: torch.Tensor) -> torch.Tensor:
@@ -370,4 +379,7 @@ def release_rows(idx: torch.Tensor | None) -> np.ndarray | None:
     """A batch's sample indices as the int64 array the budget counts (None: unnamed rows)."""
     if idx is None:
         return None
-    return idx.detach().to("cpu").numpy().astype(np.int64, copy=False).reshape(-1)
+    if idx.requires_grad or not idx.is_cpu:
+        idx = idx.detach().to("cpu")
+    rows = idx.numpy()
+    return rows if rows.dtype == np.int64 and rows.ndim == 1 else rows.astype(np.int64).reshape(-1)
