@@ -87,6 +87,80 @@ def test_a_fedvs_client_collects_shares_once_after_sharing_its_own(tmp_path):
     assert session.own.digest() == digest
 
 
+def test_a_party_takes_as_many_updates_per_release_as_its_own_file_allows(tmp_path):
+    """FedBCD with Q = 3 in the party's file: per training release the update with its gradient
+    and Q − 1 = 2 local steps; a fourth update (a server repeating the cached local step), or a
+    local step before the release's update, is refused and the model left as it was. The count
+    is the party's own: a proposal of another Q is refused."""
+    from vfl_lightning.runtime.grpc_channel import ProposalRefused
+
+    fedbcd = ["algo=fedbcd", "algo.local_steps=3", "data=breast_cancer", "data.num_parties=2"]
+    program, session = session_of(tmp_path, fedbcd)
+    gradient = {"gradient": ["dense", torch.ones(4, session.width)], "fresh": False, "mu": 0.0}
+    local = {"gradient": ["cached"], "fresh": True, "mu": 0.0}
+
+    def send(round: int) -> tuple[str, dict]:
+        return ("Send", {"idx": torch.arange(4), "stage": "train", "round": round})
+
+    stream_calls(program, [send(0), ("ApplyGradient", gradient), *[("ApplyGradient", local)] * 2])
+    digest = session.own.digest()
+    line = refusal(program, [("ApplyGradient", local)])
+    assert line == (
+        "party 0 refused apply_gradient: it takes at most 3 update(s) per training release (its "
+        "protocol's local steps, from its own configuration), this would be update 4"
+    )
+    fresh_first = refusal(program, [send(1), ("ApplyGradient", local)])
+    assert fresh_first == (
+        "party 0 refused apply_gradient: a local step (fresh) follows the update with the "
+        "gradient its training release received, not before it"
+    )
+    assert session.own.digest() == digest
+    stream_calls(program, [("ApplyGradient", gradient), *[("ApplyGradient", local)] * 2])
+    assert session.own.digest() != digest
+    other = program.proposal | {"protocol": program.proposal["protocol"] | {"local_steps": 9}}
+    with pytest.raises(ProposalRefused, match="local_steps"):
+        program.propose({"proposal": other})
+
+
+def test_a_party_of_a_single_update_protocol_takes_no_local_step(tmp_path):
+    """npq: one update per training release; a repeated cached step is refused."""
+    program, session = session_of(tmp_path, NPQ)
+    release = ("Send", {"idx": torch.arange(4), "stage": "train", "round": 0})
+    gradient = {"gradient": ["dense", torch.ones(4, session.width)], "fresh": False, "mu": 0.0}
+    stream_calls(program, [release, ("ApplyGradient", gradient)])
+    line = refusal(program, [("ApplyGradient", {"gradient": ["cached"], "fresh": True, "mu": 0.0})])
+    assert line.startswith("party 0 refused apply_gradient: it takes at most 1 update(s) per")
+
+
+def test_an_asynchronous_client_takes_one_answer_per_message(tmp_path):
+    program, session = session_of(tmp_path, CASCADE)
+    query = {"idx": torch.arange(4), "zoo": True, "stream": None}
+    (message,) = stream_calls(program, [("ClientMessage", query)])
+    answer = {"answer": torch.zeros(1 + message["perturbed"].shape[0], dtype=torch.float64)}
+    stream_calls(program, [("Answer", answer)])
+    digest = session.own.digest()
+    line = refusal(program, [("Answer", answer)])
+    assert line == "party 0 refuses: an answer without a message it answers"
+    assert session.own.digest() == digest
+
+
+@pytest.mark.parametrize(
+    ("overrides", "name"), [(CASCADE, "cascade"), (["experiment=fedvs_digits"], "fedvs")]
+)
+def test_another_familys_party_answers_no_update_of_the_synchronous_family(
+    tmp_path, overrides, name
+):
+    program, _ = session_of(tmp_path, overrides)
+    for call, fields in [
+        ("ApplyGradient", {"gradient": ["cached"], "fresh": True, "mu": 0.0}),
+        ("SetAnchor", {}),
+        ("SetLrFactor", {"factor": 0.5}),
+    ]:
+        assert refusal(program, [(call, fields)]) == (
+            f"party 0 refuses {call}: it runs {name}, whose parties answer no {call}"
+        )
+
+
 def test_a_frame_nested_deeper_than_any_message_is_refused(tmp_path):
     program, _ = session_of(tmp_path, NPQ)
     lists = b"\x01\x01" + b"\x09\x01" * 5000 + b"\x00"  # a list in a list ... 5000 deep

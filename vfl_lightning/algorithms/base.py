@@ -103,6 +103,13 @@ class VFLModule(EpochMetrics, NonFiniteWatch, Evaluation, ProtocolSteps):
     PARTY_CALLS = "sync"
     """The family of calls its parties answer in their own processes (``runtime=grpc``):
     ``sync`` (messages and gradients), ``async`` (client messages and answers) or ``fedvs``."""
+
+    @classmethod
+    def party_updates_per_release(cls, settings: dict) -> int:
+        """How many updates a party takes for one training release under the protocol whose
+        party settings (``PARTY_SETTINGS``, a party's own configuration) are ``settings``: one."""
+        return 1
+
     OPTED_IN = ("RUNTIMES", "DATA_PARALLEL", "RELEASE_CANARIES")
     """Capabilities a class declares itself: a subclass that does not set one gets the default
     above (``("local",)``, False), whatever its parent declares, since it may change what crosses

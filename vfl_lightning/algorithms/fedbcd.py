@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 
@@ -58,6 +59,13 @@ class FedBCD(SyncVFL):
     RELEASE_CANARIES = True
     RUNTIMES = ("local", "ray", "grpc")
     PARTY_SETTINGS = ("_target_", "name", "local_steps", "schedule", "mu", "lr_schedule")
+
+    @classmethod
+    def party_updates_per_release(cls, settings: dict) -> int:
+        """Q: the update with the exchanged gradient, then Q − 1 local steps (its default where
+        ``settings`` leave ``local_steps`` out)."""
+        default = inspect.signature(cls.__init__).parameters["local_steps"].default
+        return int(settings.get("local_steps", default))
 
     def __init__(
         self,

@@ -190,8 +190,10 @@ class Party:
         current parameters, a FedBCD local step), FedPBCD's proximal term when ``mu`` > 0, step."""
         if fresh and self.x is None:
             raise self.guard.refusal("apply_gradient", "it has no training input to step on")
+        self.guard.check_update("apply_gradient", fresh)
         embeddings = [self.model(self.x)] if fresh else None
         update_parties([self], [gradient], self.optimization, embeddings=embeddings, mu=mu)
+        self.guard.count_update()
 
     def answer(self, answer: torch.Tensor, optimization: PartyOptimization | None = None) -> None:
         """Finish the update of the last :meth:`client_message` from the server's ``answer``

@@ -95,6 +95,8 @@ class PartyGuard:
         self.counters: dict[str, int] = {}
         self.released = False
         self.state_round: int | None = None
+        self.updates_per_release: int | None = None  # None: not checked (:meth:`check_update`)
+        self.updates = 0  # taken since the last training release
 
     @property
     def policy(self) -> PartyPolicy:
@@ -182,6 +184,8 @@ class PartyGuard:
             self.ledger.record(stage, rows, noise)
         if round is not None:
             self.last[round_stream(int(round))] = int(round)
+        if stage == "train":
+            self.updates = 0
         self.released = True
 
     def commit(self, call, stage, round, rows, noise) -> None:
@@ -195,6 +199,29 @@ class PartyGuard:
         """A coded party's share of a decoded sum over ``rows`` (no noise): its budget admits it."""
         self.check_rows(call, stage, rows)
         self.commit(call, stage, None, rows, None)
+
+    def check_update(self, call: str, fresh: bool) -> None:
+        """With ``updates_per_release`` set (a party program: its protocol's, from its own file),
+        a training release takes at most that many updates, the first with its gradient, then
+        local steps (``fresh``, FedBCD's Q − 1): a repeated call cannot step the model more."""
+        limit = self.updates_per_release
+        if limit is None:
+            return
+        if fresh and self.updates == 0:
+            raise self.refusal(
+                call,
+                "a local step (fresh) follows the update with the gradient its training release "
+                "received, not before it",
+            )
+        if self.updates >= limit:
+            raise self.refusal(
+                call,
+                f"it takes at most {limit} update(s) per training release (its protocol's "
+                f"local steps, from its own configuration), this would be update {self.updates + 1}",
+            )
+
+    def count_update(self) -> None:
+        self.updates += 1
 
     def step(self, call: str, counter: str, value: int) -> None:
         """A protocol counter of this process (an exchange number, which the server's process

@@ -103,7 +103,11 @@ class AsyncPartySession(PartySession):
         self.own.answer(fields["answer"])
         return {}
 
-    METHODS = PartySession.METHODS | {
+    METHODS = {
+        call: name
+        for call, name in PartySession.METHODS.items()
+        if call not in PartySession.SYNC_UPDATES
+    } | {
         "InitialEmbeddings": "initial_embeddings",
         "EmbedRows": "embed_rows",
         "ClientMessage": "client_message",

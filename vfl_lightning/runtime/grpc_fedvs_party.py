@@ -315,7 +315,11 @@ class FedVSPartySession(PartySession):
         coded = field_matmul(rows, cached[1], self.codec.prime)
         return {"coded": RingCodec(self.codec.element_bits).encode(coded)}
 
-    METHODS = PartySession.METHODS | {
+    METHODS = {
+        call: name
+        for call, name in PartySession.METHODS.items()
+        if call not in PartySession.SYNC_UPDATES
+    } | {
         "PowerInfo": "power_info",
         "ShareData": "share_data",
         "CollectData": "collect_data",

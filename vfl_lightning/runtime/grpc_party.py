@@ -16,6 +16,7 @@ import secrets
 from dataclasses import dataclass
 
 import torch
+from hydra.utils import get_class
 
 from vfl_lightning.algorithms.parties import PartyGenerators, private_seed
 from vfl_lightning.algorithms.party import Party
@@ -116,6 +117,8 @@ class PartySession:
         )
         sizes = {stage: 0 for stage in SPLITS}  # none before the PSI aligned its rows
         guard = PartyGuard(self.party, self.release_noise(), budget, split_sizes=sizes)
+        protocol = get_class(config.protocol["_target_"])
+        guard.updates_per_release = protocol.party_updates_per_release(dict(config.protocol))
         self.own = Party(self.party, model, generators, optimizer, guard)
         if not derived:
             torch.manual_seed(private_seed())
@@ -383,3 +386,5 @@ class PartySession:
         "SetLrFactor": "set_lr_factor",
     }
     """The calls of a session (the synchronous family's), each to the method of that name."""
+    SYNC_UPDATES = ("ApplyGradient", "SetAnchor", "SetLrFactor")
+    """The synchronous family's updates: another family's session does not answer them."""
