@@ -10,8 +10,10 @@ configured with."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -147,6 +149,27 @@ class PartyService:
     ) -> None:
         self.party, self.server_name = party, server_name
         self.unary, self.open_session, self.on_call = unary, open_session, on_call
+        self.handling = 0
+        """Stream messages being handled: from their arrival until gRPC sent their last reply
+        (a stream's handler resumes after a reply only once gRPC has sent it)."""
+        self.changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def handling_message(self):
+        with self.changed:
+            self.handling += 1
+        try:
+            yield
+        finally:
+            with self.changed:
+                self.handling -= 1
+                self.changed.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no stream message is being handled (every reply sent), at most
+        ``timeout_s``; whether it is so."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self.handling == 0, timeout_s)
 
     def fail(self, context: grpc.ServicerContext, error: BaseException, method: str) -> None:
         """Print the failure's one line and end the call with it."""
@@ -197,23 +220,25 @@ class PartyService:
             for message in requests:
                 self.on_call()
                 method = "a stream message"  # until its calls are read
-                for data in unbundle(message):
-                    method = call_name(data)  # the call that fails to decode is the one named
-                    method, fields = decode_call(data)
-                    if run is None:
-                        if method != "Open":
-                            raise PartyRefusal(
-                                f"party {self.party} refuses {method}: a session starts with Open"
-                            )
-                        run = self.open_session(fields["session"])
-                        yield encode_frame({})
-                        continue
-                    reply = run(method, fields)
-                    reply_schema = SESSION[method][1]
-                    if reply_schema is not None:
-                        yield encode_frame(framed(reply_schema, reply))
-                    if method == "Close":
-                        return
+                with self.handling_message():
+                    for data in unbundle(message):
+                        method = call_name(data)  # the call that fails to decode is named
+                        method, fields = decode_call(data)
+                        if run is None:
+                            if method != "Open":
+                                raise PartyRefusal(
+                                    f"party {self.party} refuses {method}: a session starts "
+                                    "with Open"
+                                )
+                            run = self.open_session(fields["session"])
+                            yield encode_frame({})
+                            continue
+                        reply = run(method, fields)
+                        reply_schema = SESSION[method][1]
+                        if reply_schema is not None:
+                            yield encode_frame(framed(reply_schema, reply))
+                        if method == "Close":
+                            return
         except Exception as error:
             if context.is_active():
                 self.fail(context, error, method)

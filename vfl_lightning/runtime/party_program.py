@@ -29,6 +29,8 @@ from vfl_lightning.runtime.party_config import PartyConfig
 from vfl_lightning.runtime.party_ledger import PartyLedger
 
 POLL_S = 0.2
+STOP_WAIT_S = 5.0
+"""How long a stopping program waits for gRPC to send the replies of the messages in hand."""
 
 
 def read_own_data(path: Path) -> OwnData:
@@ -120,6 +122,8 @@ class PartyProgram:
         self.exit_code: int | None = None
         self.exit_line = ""
         self.done = threading.Event()
+        self.stopping = False
+        self.service: PartyService | None = None
 
     # ----------------------------------------------------------------- calls
     def touch(self) -> None:
@@ -170,6 +174,10 @@ class PartyProgram:
                     f"{self.config.protocol.get('name')}, whose parties answer no {method}"
                 )
             with self.order:
+                if self.stopping:
+                    raise PartyRefusal(
+                        f"party {self.config.party} refuses {method}: it is stopping"
+                    )
                 return getattr(session, name)(fields)
 
         return run
@@ -230,7 +238,8 @@ class PartyProgram:
 
     def start(self, port_file: Path | None = None) -> int:
         """Serve the party service and watch for a quiet server; returns the bound port."""
-        handler = self.handlers().handler()
+        self.service = self.handlers()
+        handler = self.service.handler()
         self.server, port = start_server(
             handler, self.config.listen, self.credentials, initializer=self.worker_threads
         )
@@ -246,10 +255,17 @@ class PartyProgram:
         return port
 
     def wait(self) -> int:
-        """Block until the program stops; its exit code (the stop's line printed first)."""
+        """Block until the program stops; its exit code (the stop's line printed first). The
+        call running then finishes and no call runs after it; once gRPC has sent the replies of
+        the messages in hand (at most ``STOP_WAIT_S``), every stream still open (a quiet server's)
+        is cancelled at once rather than after a grace period; then the ledger is written."""
         self.done.wait()
-        self.server.stop(grace=1.0)
-        with self.order:  # no call counts a release while the ledger is written
+        with self.order:
+            self.stopping = True
+        if self.service is not None:
+            self.service.wait_idle(STOP_WAIT_S)
+        self.server.stop(grace=None)
+        with self.order:
             self.ledger.save()
         if self.exit_line:
             print(f"error: {self.exit_line}", file=sys.stderr, flush=True)
