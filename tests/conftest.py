@@ -6,6 +6,7 @@ import functools
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -225,7 +226,9 @@ def checkpoint_wire(cfg: DictConfig) -> dict:
 
 class KillParty(L.Callback):
     """Kills party ``party``'s actor before batch ``batch`` of epoch ``epoch`` (added to a run as
-    ``+callbacks.kill._target_=conftest.KillParty``: pytest puts tests/ on the path)."""
+    ``+callbacks.kill._target_=conftest.KillParty``: pytest puts tests/ on the path), and waits
+    until the actor is dead, so the batch's round is the one that finds it dead (``ray.kill``
+    returns before the actor stops: on a loaded machine a round could still reach it)."""
 
     def __init__(self, epoch: int, batch: int, party: int) -> None:
         self.epoch, self.batch, self.party = epoch, batch, party
@@ -233,8 +236,23 @@ class KillParty(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if (trainer.current_epoch, batch_idx) == (self.epoch, self.batch):
             import ray
+            from ray.exceptions import GetTimeoutError, RayActorError
 
-            ray.kill(pl_module.party_side.actors[self.party])
+            def alive(actor) -> bool:  # a local function: Ray ships it by value
+                return True
+
+            actor = pl_module.party_side.actors[self.party]
+            ray.kill(actor)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    ray.get(actor.__ray_call__.remote(alive), timeout=30)
+                except RayActorError:
+                    return
+                except GetTimeoutError:
+                    continue
+                time.sleep(0.05)
+            raise AssertionError(f"party {self.party}'s actor still answers after ray.kill")
 
 
 def kill_party(make_cfg, common, *, epoch: int, batch: int, party: int) -> tuple[DictConfig, str]:
