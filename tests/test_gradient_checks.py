@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vfl_lightning.algorithms.party_budget import PartyBudget
-from vfl_lightning.algorithms.party_policy import PartyPolicy
-from vfl_lightning.algorithms.party_rules import (
-    PartyGuard,
+from vfl_lightning.algorithms.gradient_checks import (
     checked_gradients,
     largest_row_norms,
     row_norms,
 )
+from vfl_lightning.algorithms.party_budget import PartyBudget
+from vfl_lightning.algorithms.party_policy import PartyPolicy
+from vfl_lightning.algorithms.party_rules import PartyGuard
 from vfl_lightning.errors import PartyRefusal
 
 ROWS, WIDTH, PARTIES = 8, 5, 4

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vfl_lightning.algorithms.gradient_checks import checked_gradients
 from vfl_lightning.algorithms.parties import PartyGenerators, tensor_digest
-from vfl_lightning.algorithms.party_rules import PartyGuard, checked_gradients
+from vfl_lightning.algorithms.party_rules import PartyGuard
 from vfl_lightning.algorithms.zoo import (
     ZooQuery,
     ZooSettings,
