@@ -25,7 +25,7 @@ from vfl_lightning import cli
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.run.config_checks import check_data_parallel
 from vfl_lightning.run.outcome import error_summary, exit_code
-from vfl_lightning.run.schema import check_schema
+from vfl_lightning.run.schema import check_schema, check_training_batches
 from vfl_lightning.train import train
 
 ROOT = Path(CONF_DIR).parent
@@ -102,6 +102,11 @@ BATTERY = [
     # the FedVS wrap-around pre-check runs in on_train_start, inside Lightning's fit
     ([*FEDVS, "algo.l_x=20"], r"^FedVS decoded sums can reach \d+ .*lower algo.l_x from 20 to"),
     (["trainer.max_epochs=-5"], r"^trainer.max_epochs must be an integer >= 1 \(or -1 with "),
+    (
+        ["trainer.limit_train_batches=0"],
+        r"^trainer.limit_train_batches=0 trains nothing: set ckpt_path to evaluate a checkpoint",
+    ),
+    (["trainer.limit_train_batches=0.0"], r"^trainer.limit_train_batches=0.0 trains nothing"),
     (["data.batch_size=0"], r"^data.batch_size must be an integer >= 1, got 0$"),
     (["data.val_fraction=1.5"], r"^data.val_fraction must be a number in \[0, 1\), got 1.5$"),
     (["party.embedding_dim=0"], r"^party.embedding_dim must be an integer >= 1, got 0$"),
@@ -552,3 +557,17 @@ def test_cli_subprocess_one_error_line_no_traceback_and_the_error_in_the_run_log
     assert "needs polynomial-network parties" in (tmp_path / "train.log").read_text()
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "failed" and results["error"] == errors[0][len("error: ") :]
+
+
+def test_no_training_batches_is_accepted_to_evaluate_a_checkpoint():
+    """``trainer.limit_train_batches=0`` with a ``ckpt_path`` evaluates that checkpoint; without
+    one (or with any limit above 0) the check above decides."""
+
+    def config(limit, ckpt_path):
+        return OmegaConf.create({"trainer": {"limit_train_batches": limit}, "ckpt_path": ckpt_path})
+
+    check_training_batches(config(0, "/runs/a/checkpoints/last.ckpt"))
+    check_training_batches(config(1, None))
+    check_training_batches(config(None, None))
+    with pytest.raises(ConfigError, match=r"^trainer.limit_train_batches=0 trains nothing"):
+        check_training_batches(config(0, None))

@@ -214,6 +214,7 @@ def check_values(cfg: DictConfig, known: dict[str, list]) -> None:
         if kind == "str" and value is not None and not isinstance(value, str):
             raise ConfigError(f"{path} must be a string, got {value!r}")
     check_epochs(cfg.get("trainer"))
+    check_training_batches(cfg)
     check_fractions(cfg.get("data"))
 
 
@@ -257,6 +258,19 @@ def check_epochs(trainer) -> None:
         f"trainer.max_epochs must be an integer >= 1 (or -1 with trainer.max_steps >= 1, which "
         f"then ends training), got {epochs!r} with trainer.max_steps={steps!r}"
     )
+
+
+def check_training_batches(cfg: DictConfig) -> None:
+    """``trainer.limit_train_batches`` = 0 trains nothing: it only evaluates the checkpoint
+    ``ckpt_path`` resumes, so without one the run would score its initial model."""
+    trainer = cfg.get("trainer")
+    limit = None if trainer is None else trainer.get("limit_train_batches")
+    zero = limit is not None and not isinstance(limit, bool) and limit == 0
+    if zero and "ckpt_path" in cfg and cfg.get("ckpt_path") is None:
+        raise ConfigError(
+            f"trainer.limit_train_batches={limit} trains nothing: set ckpt_path to evaluate a "
+            "checkpoint, or a limit > 0 (null: every batch)"
+        )
 
 
 def check_schema(cfg: DictConfig, *, imports: bool = True) -> None:
