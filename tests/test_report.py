@@ -16,6 +16,8 @@ from conftest import QUIET, algo_report_config, run_train_py
 from vfl_lightning.curve import AXES, read_curve
 from vfl_lightning.report import ReportError, make_report
 from vfl_lightning.report.__main__ import main as report_main
+from vfl_lightning.report.publish import main as publish_main
+from vfl_lightning.report.wandb_report import read_spec
 from vfl_lightning.wandb_names import unique_group
 
 SWEEP = [
@@ -136,6 +138,7 @@ def test_wandb_report_spec_offline(sweep, tmp_path, no_network):
     assert any("algo=npq,pbm seed=0,1" in m for m in markdown)
     assert any(m.startswith("| group | seeds |") for m in markdown)
     rebuilt = wr.Report._from_model(internal.ReportViewspec.model_validate(spec))
+    assert read_spec(out / "wandb_report.json").title == rebuilt.title  # what publish reads
     assert rebuilt.project == "vfl_lightning" and rebuilt.entity == "me"
     grid = next(b for b in rebuilt.blocks if isinstance(b, wr.PanelGrid))
     assert grid.runsets[0].project == "vfl_lightning" and grid.runsets[0].entity == "me"
@@ -184,6 +187,38 @@ def test_cli_bad_inputs_write_nothing(sweep, tmp_path, capsys, no_network):
         == f"error: --out {a_file} is a file: give a directory (new or existing)\n"
     )
     assert a_file.read_text() == "mine" and not list(tmp_path.glob(".taken-*"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--name", "a/b"], "--name must be a file name of letters, digits, '_', '-' and '.' "),
+        (["--name", "../../x"], "(it names <name>.md and the figures in --out), got '../../x'"),
+        (["--name", ""], "--name must be a file name"),
+        (["--times", "-5"], "--times must be finite numbers >= 0, got -5"),
+        (["--times", "10", "nan"], "--times must be finite numbers >= 0, got nan"),
+        (["--rounds", "inf"], "--rounds must be finite numbers >= 0, got inf"),
+    ],
+)
+def test_a_bad_name_or_time_is_one_line_and_writes_nothing(sweep, tmp_path, capsys, args, message):
+    assert report_main([str(sweep), "--out", str(tmp_path / "R"), "--no-progress", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_an_out_that_cannot_be_made_is_one_line(sweep, tmp_path, capsys):
+    a_file = tmp_path / "taken"
+    a_file.write_text("mine")
+    for out, problem in (
+        (a_file / "R", "Not a directory"),
+        (Path("/proc/R"), "No such file or directory"),
+    ):
+        assert report_main([str(sweep), "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out {out} cannot be used: ") and problem in err, err
+        assert err.endswith("; give a directory you can write\n") and err.count("\n") == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["taken"]
 
 
 def test_unfinished_runs_are_left_out(sweep, tmp_path, capsys):
@@ -254,3 +289,26 @@ def test_the_other_commands_give_one_usage_line(module, argv, message, capsys):
         importlib.import_module(module).main(argv)
     assert stop.value.code == 2
     assert capsys.readouterr().err == f"{message} (see --help)\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[1,2", "cannot be read as JSON (Expecting ',' delimiter"),
+        ("{}", "is not a W&B Report specification ("),
+        ("\x00\xff", "cannot be read as JSON ("),
+    ],
+)
+def test_publish_refuses_a_file_that_is_no_specification_before_any_key_or_network(
+    tmp_path, capsys, monkeypatch, no_network, content, message
+):
+    """With a key set, a file that is not the report command's specification is one line and
+    status 2 (before: a JSON or pydantic traceback and status 1)."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    spec = tmp_path / "wandb_report.json"
+    spec.write_bytes(content.encode("latin-1"))
+    assert publish_main([str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {spec} ") and message in err and err.count("\n") == 1, err
+    assert err.endswith(": give the wandb_report.json the report command wrote with --wandb\n")

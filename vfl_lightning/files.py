@@ -4,6 +4,7 @@ Standard library only (the command line writes a refused run's results.json befo
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
@@ -97,3 +98,26 @@ def write_results(path: Path, results: dict) -> None:
     """results.json, strict JSON, replaced atomically."""
     text = json.dumps(strict_json(results), indent=2, sort_keys=True, allow_nan=False)
     atomic_write_bytes(text.encode(), path)
+
+
+def unwritable(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be made (``mkdir -p``) and written, or None: the folders it lacks are
+    made and removed again, so nothing is left behind."""
+    made = []
+    path = Path(path).absolute()
+    try:
+        for folder in reversed([path, *path.parents]):
+            if not folder.exists():
+                folder.mkdir()
+                made.append(folder)
+        if not path.is_dir():
+            return f"{path} is a file, not a directory"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"{path} is not writable"
+    except OSError as error:
+        return " ".join(str(error).split())
+    finally:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return None

@@ -4,8 +4,10 @@ into OUT only once everything is built (nothing half-written on an error)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
+import re
 import shlex
 import shutil
 import sys
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from vfl_lightning.files import unwritable
 from vfl_lightning.report import figures
 from vfl_lightning.report.document import TITLES, Context, Section, ordered
 from vfl_lightning.report.recipes import BUILDERS, check_recipe, choose_recipe, overview
@@ -75,6 +78,27 @@ def _file_names(name: str) -> tuple[str, str, str]:
     return f"{name}.md", f"{name}_", f"{name}_wandb_report.json"
 
 
+NAME = re.compile(r"\w[\w.-]*")
+"""A report's ``--name``: the stem of its markdown file and its figures' prefix, in ``--out``."""
+
+
+def check_arguments(out: Path, name: str, times, rounds) -> None:
+    """``--out`` can be made and written, ``--name`` is a file name, ``--times`` and
+    ``--rounds`` are finite numbers >= 0; else a ReportError naming the flag (nothing written)."""
+    problem = unwritable(out)
+    if problem:
+        raise ReportError(f"--out {out} cannot be used: {problem}; give a directory you can write")
+    if not NAME.fullmatch(name):
+        raise ReportError(
+            f"--name must be a file name of letters, digits, '_', '-' and '.' (it names "
+            f"<name>.md and the figures in --out), got {name!r}"
+        )
+    for flag, values in (("--times", times), ("--rounds", rounds)):
+        bad = [v for v in values or () if not math.isfinite(v) or v < 0]
+        if bad:
+            raise ReportError(f"{flag} must be finite numbers >= 0, got {bad[0]:g}")
+
+
 def make_report(
     directories: Sequence[Path],
     out: Path,
@@ -115,6 +139,7 @@ def make_report(
     target = parse_target(wandb) if wandb else None
     if Path(out).exists() and not Path(out).is_dir():
         raise ReportError(f"--out {out} is a file: give a directory (new or existing)")
+    check_arguments(out, name, times, rounds)
     runs = load_runs(directories, progress=progress)
     if recipe not in ("auto", "none"):
         check_recipe(recipe, runs)

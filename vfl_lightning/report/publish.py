@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from vfl_lightning.report.runs import OneLineParser
-from vfl_lightning.report.wandb_report import has_credentials, publish
+from vfl_lightning.report.runs import OneLineParser, ReportError
+from vfl_lightning.report.wandb_report import has_credentials, publish, read_spec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,13 +18,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.spec.is_file():
         print(f"error: no such specification file: {args.spec}", file=sys.stderr)
         return 2
+    try:
+        report = read_spec(args.spec)
+    except ReportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if not has_credentials():
         print(
             "error: no W&B key (run `wandb login`, or set WANDB_API_KEY) or WANDB_MODE is offline",
             file=sys.stderr,
         )
         return 2
-    url = publish(args.spec, args.timeout)
+    url = publish(report, args.timeout)
     if url is None:
         return 1
     print(f"W&B report: {url}")

@@ -206,11 +206,27 @@ def save_online(report, timeout_s: float) -> str | None:
     return None
 
 
-def publish(spec_path: Path, timeout_s: float = 120.0) -> str | None:
-    """Save a specification written by the report command to W&B (needs network and a key)."""
+def read_spec(spec_path: Path):
+    """The W&B Report a specification file written by the report command describes; a
+    ReportError naming the file when it cannot be read, is not JSON or not such a specification."""
+    import pydantic
     import wandb_workspaces.reports.v2 as wr
     from wandb_workspaces.reports.v2 import internal
 
-    spec = json.loads(Path(spec_path).read_text())
-    report = wr.Report._from_model(internal.ReportViewspec.model_validate(spec))
+    fix = "give the wandb_report.json the report command wrote with --wandb"
+    try:
+        spec = json.loads(Path(spec_path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ReportError(f"{spec_path} cannot be read as JSON ({error}): {fix}") from None
+    try:
+        return wr.Report._from_model(internal.ReportViewspec.model_validate(spec))
+    except (pydantic.ValidationError, TypeError, KeyError, AttributeError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ReportError(
+            f"{spec_path} is not a W&B Report specification ({first}): {fix}"
+        ) from None
+
+
+def publish(report, timeout_s: float = 120.0) -> str | None:
+    """Save a report read by :func:`read_spec` to W&B (needs network and a key)."""
     return save_online(report, timeout_s)

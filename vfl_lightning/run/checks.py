@@ -4,7 +4,6 @@ accountant can account (once the mechanism is built)."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from omegaconf import DictConfig
 
 from vfl_lightning.algorithms.parties import PARTY_SEEDS
 from vfl_lightning.errors import ConfigError
+from vfl_lightning.files import unwritable
 from vfl_lightning.privacy.analysis.pbm import check_pbm_privacy_parameters
 from vfl_lightning.privacy.callback import PrivacyCallback
 from vfl_lightning.run.runtimes import party_policy, runtime_class
@@ -195,29 +195,6 @@ def check_party_dir(
             f"runtime.party_dir={party_dir} cannot be used: {problem}; choose a directory you can "
             "write, or runtime.party_dir=null (each party's machine names its own)"
         )
-
-
-def unwritable(path: Path) -> str | None:
-    """Why ``path`` cannot be made (``mkdir -p``) and written, or None: the folders it lacks are
-    made and removed again, so nothing is left behind."""
-    made = []
-    path = path.absolute()
-    try:
-        for folder in reversed([path, *path.parents]):
-            if not folder.exists():
-                folder.mkdir()
-                made.append(folder)
-        if not path.is_dir():
-            return f"{path} is a file, not a directory"
-        if not os.access(path, os.W_OK | os.X_OK):
-            return f"{path} is not writable"
-    except OSError as error:
-        return " ".join(str(error).split())
-    finally:
-        for folder in reversed(made):
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-    return None
 
 
 def check_ray_options(algo_class: type, algo) -> None:
