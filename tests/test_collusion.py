@@ -40,6 +40,41 @@ def test_t_colluders_estimate_is_independent_of_the_secret():
 
 
 def test_the_command_prints_one_row_per_coalition_size(capsys):
-    main(["--clients", "5", "--K", "1", "--T", "1", "--samples", "4", "--trials", "2"])
+    assert main(["--clients", "5", "--K", "1", "--T", "1", "--samples", "4", "--trials", "2"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and '"colluders": 2' in lines[1] and '"all_exact": 1.0' in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--clients", "0"], "--clients must be an integer in [1, 10000], got 0"),
+        (["--clients", "100000000"], "--clients must be an integer in [1, 10000], got 100000000"),
+        (["--K", "0"], "--K must be an integer >= 1, got 0"),
+        (["--T", "-1"], "--T must be an integer >= 0, got -1"),
+        (["--trials", "0"], "--trials must be an integer >= 1, got 0"),
+        (["--samples", "0"], "--samples must be an integer >= 1, got 0"),
+        (["--seed", "-1"], "--seed must be an integer in [0, 4294967295], got -1"),
+        (
+            ["--samples", "5000"],
+            "--K 1 segments of --samples 5000 images need 5000, and digits has 1797: lower "
+            "--samples to at most 1797",
+        ),
+        (
+            ["--clients", "3", "--K", "2", "--T", "2"],
+            "FedVS needs N >= 2(K+T-1)+1 = 7 clients for K=2, T=2, got N=3; use at least 5 "
+            "clients for K=2, T=1 (--clients, --K, --T)",
+        ),
+        (["--clients", "abc"], "argument --clients: invalid int value: 'abc' (see --help)"),
+    ],
+)
+def test_a_bad_argument_is_one_line_and_exit_2(capsys, argv, message):
+    """Before: a ValueError, ZeroDivisionError or reshape traceback (status 1), an allocation of
+    400 GB for --clients 100000000, NaN rows for --samples 0."""
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    assert code == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {message}\n" and captured.out == ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 
 import torch
@@ -74,8 +75,44 @@ def digits_segments(K: int, samples: int, bits: int = 8) -> torch.Tensor:
     return quantize(images.reshape(K, samples, 16), bits, 2**31 - 1)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+DIGITS_IMAGES = 1797
+"""Images in scikit-learn's digits set, which :func:`digits_segments` cuts into K segments."""
+MAX_CLIENTS = 10_000
+"""The command's largest ``--clients``: each client's share of the data is held at once."""
+
+
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """Why the command's arguments cannot run (the flag, the value, what is allowed), or None."""
+    for flag, value, low, high in (
+        ("--clients", args.clients, 1, MAX_CLIENTS),
+        ("--K", args.K, 1, None),
+        ("--T", args.T, 0, None),
+        ("--samples", args.samples, 1, None),
+        ("--trials", args.trials, 1, None),
+        ("--seed", args.seed, 0, 2**32 - 1),
+    ):
+        if value < low or (high is not None and value > high):
+            allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+            return f"{flag} must be an integer {allowed}, got {value}"
+    if args.K * args.samples > DIGITS_IMAGES:
+        return (
+            f"--K {args.K} segments of --samples {args.samples} images need "
+            f"{args.K * args.samples}, and digits has {DIGITS_IMAGES}: lower --samples to at "
+            f"most {DIGITS_IMAGES // args.K}"
+        )
+    try:
+        LagrangeCode(args.clients, args.K, args.T)
+    except ValueError as error:
+        return f"{error} (--clients, --K, --T)"
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vfl_lightning.privacy.attacks.collusion",
+        description=__doc__.splitlines()[0],
+    )
+    parser.error = lambda message: parser.exit(2, f"error: {message} (see --help)\n")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--K", type=int, default=1)
     parser.add_argument("--T", type=int, default=2)
@@ -83,13 +120,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    problem = argument_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     segments = digits_segments(args.K, args.samples)
     rows = collusion_experiment(
         segments, num_clients=args.clients, K=args.K, T=args.T, trials=args.trials, seed=args.seed
     )
     for row in rows:
         print(json.dumps(row))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
