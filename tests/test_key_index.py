@@ -240,3 +240,16 @@ def test_a_callback_factory_function_is_checked_without_an_error_log(make_cfg, c
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     with pytest.raises(ConfigError, match="audit"):
         check_audit_data(make_cfg("algo=fedvs", "audit=canary_message"))
+
+
+def test_the_command_takes_no_arguments_and_leaves_the_index_alone_on_one(capsys):
+    """``--help`` and an unknown flag do not rebuild the file (before: any argument rebuilt it)."""
+    from vfl_lightning.run import key_index
+
+    before = key_index.INDEX_FILE.stat().st_mtime_ns
+    for argv, code in ((["--bogus"], 2), (["--help"], 0)):
+        with pytest.raises(SystemExit) as stop:
+            key_index.main(argv)
+        assert stop.value.code == code
+    assert capsys.readouterr().err == "error: unrecognized arguments: --bogus (see --help)\n"
+    assert key_index.INDEX_FILE.stat().st_mtime_ns == before

@@ -14,6 +14,7 @@ from its signature (:func:`target_parameters`).
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import json
@@ -185,7 +186,14 @@ def write(index: dict) -> None:
     INDEX_FILE.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vfl_lightning.run.key_index",
+        description="Rebuild vfl_lightning/run/key_index.json from the code and conf/; print "
+        "what changed.",
+    )
+    parser.error = lambda message: parser.exit(2, f"error: {message} (see --help)\n")
+    parser.parse_args(argv)
     stored = json.loads(INDEX_FILE.read_text()) if INDEX_FILE.is_file() else {}
     built = build()
     changes = differences(stored, built)
