@@ -102,3 +102,10 @@ def test_bad_flags_and_help(capsys):
     assert stopped.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "checked as train.py checks them" in text and "--out OUT" in text
+
+
+def test_a_data_dir_that_cannot_be_made_names_the_key(tmp_path, capsys):
+    """As train.py names it (before: `error: [Errno 2] No such file or directory: '/proc/x'`)."""
+    line = refused(capsys, "data=mnist", "paths.data_dir=/proc/x", "--out", str(tmp_path / "o"))
+    assert line == "paths.data_dir=/proc/x cannot be used: No such file or directory (/proc/x)"
+    assert not (tmp_path / "o").exists()

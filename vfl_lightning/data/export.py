@@ -98,7 +98,15 @@ def export(overrides: list[str], out: Path, config_dir: Path = CONF_DIR) -> Mani
             f"export needs a dataset config (data=digits, data=mnist, ...), got "
             f"{cfg.data.get('_target_')}"
         )
-    datamodule = PartyFactory.from_config(cfg).datamodule(psi="always", defer_alignment=True)
+    from vfl_lightning.run.outcome import data_dir_error
+
+    try:
+        datamodule = PartyFactory.from_config(cfg).datamodule(psi="always", defer_alignment=True)
+    except Exception as error:
+        named = data_dir_error(error, str(cfg.paths.get("data_dir", "")))
+        if named is not None:
+            raise named from error
+        raise
     try:
         return write(datamodule, cfg, out)
     except OSError as error:

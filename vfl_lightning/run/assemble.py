@@ -10,8 +10,7 @@ from omegaconf import DictConfig
 from vfl_lightning.algorithms.local_parties import LocalParties
 from vfl_lightning.algorithms.party_factory import PartyFactory
 from vfl_lightning.checkpoints import AtomicCheckpointIO
-from vfl_lightning.errors import ConfigError
-from vfl_lightning.run.outcome import root_cause
+from vfl_lightning.run.outcome import data_dir_error
 from vfl_lightning.run.runtimes import LocalRuntime, make_runtime
 
 
@@ -72,13 +71,9 @@ def build_in_data_dir(cfg: DictConfig, runtime: LocalRuntime):
     try:
         return build(cfg, runtime)
     except Exception as error:
-        cause = root_cause(error)
-        data_dir = str(cfg.paths.get("data_dir", ""))
-        if isinstance(cause, OSError) and str(cause.filename or "").startswith(data_dir or "\0"):
-            raise ConfigError(
-                f"paths.data_dir={data_dir} cannot be used: {cause.strerror or cause} "
-                f"({cause.filename})"
-            ) from error
+        named = data_dir_error(error, str(cfg.paths.get("data_dir", "")))
+        if named is not None:
+            raise named from error
         raise
 
 

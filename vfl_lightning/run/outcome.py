@@ -8,7 +8,7 @@ import sys
 from hydra.errors import HydraException, InstantiationException
 from omegaconf.errors import OmegaConfBaseException
 
-from vfl_lightning.errors import RunFailure
+from vfl_lightning.errors import ConfigError, RunFailure
 
 CONFIG_ERRORS = (
     ValueError,
@@ -36,6 +36,18 @@ def root_cause(error: BaseException) -> BaseException:
     while isinstance(error, InstantiationException) and error.__cause__ is not None:
         error = error.__cause__
     return error
+
+
+def data_dir_error(error: BaseException, data_dir: str) -> ConfigError | None:
+    """``error`` as a ConfigError naming ``paths.data_dir`` when its cause is a filesystem error
+    under that directory (it cannot be made, read or written), else None."""
+    cause = root_cause(error)
+    if isinstance(cause, OSError) and str(cause.filename or "").startswith(data_dir or "\0"):
+        return ConfigError(
+            f"paths.data_dir={data_dir} cannot be used: {cause.strerror or cause} "
+            f"({cause.filename})"
+        )
+    return None
 
 
 def error_summary(error: BaseException) -> str:
