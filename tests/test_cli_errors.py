@@ -205,6 +205,20 @@ BEFORE_FIT = [
     ),
     (["trainer.enable_progress_bar=yes"], r"^trainer.enable_progress_bar must be true or false"),
     (["network.mbps=0"], r"^network.mbps must be a finite number > 0, got 0$"),
+    # W&B's own check of these runs when its run starts, after the data is built (exit 1)
+    (
+        ["logger=wandb", "logger.wandb.project=a/b"],
+        r"^logger.wandb.project must be a W&B project name: at most 128 characters, none of "
+        r"/ \\ # \? % :, got 'a/b'$",
+    ),
+    (
+        ["logger=wandb", "logger.wandb.project=" + "p" * 129],
+        r"^logger.wandb.project must be a W&B project name",
+    ),
+    (
+        ["logger=wandb", "+logger.wandb.tags=[" + "t" * 65 + "]"],
+        r"^logger.wandb.tags must be null or a list of tags of 1 to 64 characters each, got \[",
+    ),
     (["network.straggler_fraction=2"], r"^network.straggler_fraction must be a number in \[0, 1\]"),
     (["mechanism.apply_at_eval=sometimes"], r"^mechanism.apply_at_eval must be true or false"),
     (["data.num_parties=two"], r"^data.num_parties must be an integer >= 1, got 'two'$"),

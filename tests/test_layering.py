@@ -65,7 +65,7 @@ NEVER = {
 ``accounting`` and never imports a mechanism (nor does the mechanism import the accountant).
 Attacks may use a mechanism's math (the FedVS collusion attack decodes Lagrange shares)."""
 
-REPORT_MAY_IMPORT = ("report", "curve", "privacy.analysis", "privacy.parameters")
+REPORT_MAY_IMPORT = ("report", "curve", "files", "privacy.analysis", "privacy.parameters")
 ONLY_STDLIB = {"errors": (), "files": (), "seeding": ("torch",)}
 """Modules that import nothing of the library and, beyond the standard library, only these."""
 

@@ -123,6 +123,27 @@ def metric_name(value) -> bool:
     return isinstance(value, str) and "/" in value
 
 
+WANDB_PROJECT_FORBIDS = "/\\#?%:"
+"""Characters W&B refuses in a project name (its settings' project check)."""
+
+
+def wandb_project(value) -> bool:
+    """A name W&B takes as a project: at most 128 characters, none of :data:`WANDB_PROJECT_FORBIDS`
+    (W&B's own check runs only when the logger starts its run, after the data is built)."""
+    return value is None or (
+        isinstance(value, str)
+        and len(value) <= 128
+        and not any(c in value for c in WANDB_PROJECT_FORBIDS)
+    )
+
+
+def wandb_tags(value) -> bool:
+    """W&B run tags: each a string of 1 to 64 characters."""
+    return value is None or (
+        isinstance(value, list) and all(isinstance(t, str) and 1 <= len(t) <= 64 for t in value)
+    )
+
+
 INF = math.inf
 RANGES: dict[str, tuple[Callable, str]] = {
     "data.num_parties": integer(1),
@@ -199,6 +220,11 @@ RANGES: dict[str, tuple[Callable, str]] = {
         "a finite number > 0 (real seconds slept per modelled second of delay)",
     ),
     "callbacks.progress_bar.updates_per_second": number(0, INF, low_open=True),
+    "logger.wandb.project": (
+        wandb_project,
+        f"a W&B project name: at most 128 characters, none of {' '.join(WANDB_PROJECT_FORBIDS)}",
+    ),
+    "logger.wandb.tags": (wandb_tags, "null or a list of tags of 1 to 64 characters each"),
     "callbacks.privacy.delta": number(0, 1, low_open=True, high_open=True),
 }
 """``key: (accepts(value), what it takes)`` for keys every protocol shares (PBM's β: its type;
