@@ -68,28 +68,44 @@ def test_rounds_strictly_increase_and_an_evaluation_is_never_replayed(tmp_path):
     session.send(send("val", first + 1))
 
 
-def test_a_party_resumes_only_its_newest_state_before_its_first_release(tmp_path):
+def test_a_party_resumes_its_newest_state_or_the_one_before_before_its_first_release(tmp_path):
+    """A party resumes from the newest state it saved, or the one before it (the server asks the
+    parties to save before it writes its own checkpoint: a run stopped in between, e.g. a party
+    killed after its save, has a checkpoint one save behind), never from an older one, and never
+    after its first release."""
     program, session = session_of(tmp_path, LDP)
     run = "0" * 32
-    session.send(send("train", 0))
-    session.save_state({"round": 1})
-    session.send(send("train", 1))
-    refused(session.save_state, {"round": 1}, "it saves its state at its current round 2")
-    session.save_state({"round": 2})
+    digests = {}
+    for round in (1, 2, 3):
+        session.send(send("train", round - 1))
+        session.apply_gradient(gradient(torch.ones(len(ROWS), session.width)))
+        if round == 2:
+            refused(session.save_state, {"round": 1}, "it saves its state at its current round 2")
+        session.save_state({"round": round})
+        digests[round] = session.own.digest()
+    assert len(set(digests.values())) == 3  # each save holds another model
     rewind = "it loads state only to resume, before its first release"
-    refused(session.load_state, {"run": run, "round": 1}, rewind)
-    # the party program again (a new session of the same run): it resumes from round 2 only
-    program.propose({"proposal": program.proposal})
-    resumed = program.session
-    assert resumed is not session
-    align(program)
-    older = "it resumes only from the newest state it saved for run"
-    refused(resumed.load_state, {"run": run, "round": 1}, f"{older} {run}, round 2, not round 1")
-    assert resumed.load_state({"run": run, "round": 2}) == {"problem": ""}
-    assert resumed.own.digest() == session.own.digest()
-    refused(resumed.send, send("train", 1), "its last train release was round 1, got round 1")
-    resumed.send(send("train", 2))
-    refused(resumed.load_state, {"run": run, "round": 2}, rewind)
+    refused(session.load_state, {"run": run, "round": 2}, rewind)
+
+    def resumed_session():
+        program.propose({"proposal": program.proposal})
+        align(program)
+        return program.session
+
+    # a new session of the same run (the party program again): round 3 or 2, never round 1
+    older = resumed_session()
+    assert older is not session
+    rule = f"resumes only from the newest state it saved for run {run}, round 3, or the one"
+    refused(older.load_state, {"run": run, "round": 1}, f"{rule} before it, round 2, not round 1")
+    assert older.load_state({"run": run, "round": 2}) == {"problem": ""}
+    assert older.own.digest() == digests[2]
+    refused(older.send, send("train", 1), "its last train release was round 1, got round 1")
+    older.send(send("train", 2))
+    refused(older.load_state, {"run": run, "round": 2}, rewind)
+    newest = resumed_session()
+    assert newest.load_state({"run": run, "round": 3}) == {"problem": ""}
+    assert newest.own.digest() == digests[3]
+    refused(newest.send, send("train", 2), "its last train release was round 2, got round 2")
 
 
 def test_a_noisy_or_coded_party_never_releases_a_plain_embedding(tmp_path):

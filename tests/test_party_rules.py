@@ -92,6 +92,8 @@ def test_rollback_is_refused_and_a_push_then_release_carries_fresh_ldp_noise(mak
 def test_a_party_resumes_only_from_its_newest_state_and_saves_only_its_current_round(
     make_cfg, tmp_path
 ):
+    """A party resumes from the newest state it saved or the one before it (a server checkpoint
+    one save behind: the run stopped between the parties' save and the server's), no older."""
     factory, trust = setup(make_cfg, tmp_path, "algo=ldp")
     party = SyncPartyActor(factory, 0, 1, trust)
     for round in range(3):
@@ -103,13 +105,20 @@ def test_a_party_resumes_only_from_its_newest_state_and_saves_only_its_current_r
     # a new process of the same party (the same run folder), as after a crash
     restarted = SyncPartyActor(factory, 0, 1, trust)
     with pytest.raises(
-        PartyRefusal, match="newest state it saved for run .*, round 3, not round 2"
+        PartyRefusal,
+        match="newest state it saved for run .*, round 3, or the one before it, round 2, not "
+        "round 1$",
     ):
-        restarted.load_state(party.run, 2)
+        restarted.load_state(party.run, 1)
     assert restarted.load_state(party.run, 3) == ""
     with pytest.raises(PartyRefusal, match="strictly increase"):
         restarted.send(ROWS, "train", 2)  # rounds the saved state had released
     restarted.send(ROWS, "train", 3)
+    behind = SyncPartyActor(factory, 0, 1, trust)
+    assert behind.load_state(party.run, 2) == ""
+    with pytest.raises(PartyRefusal, match="strictly increase"):
+        behind.send(ROWS, "train", 1)
+    behind.send(ROWS, "train", 2)
 
 
 def test_a_resumed_private_party_draws_fresh_noise(make_cfg, tmp_path):

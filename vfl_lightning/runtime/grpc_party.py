@@ -41,9 +41,10 @@ from vfl_lightning.mechanisms.keys import fresh_private_key, pair_channel_key, p
 from vfl_lightning.runtime.party_config import PartyConfig
 from vfl_lightning.runtime.party_state import (
     check_run_key,
-    latest_saved_round,
     load_party_state,
     party_state_path,
+    resumable_rounds,
+    resume_refusal,
     save_party_state,
 )
 from vfl_lightning.runtime.party_trust import check_agreement
@@ -328,21 +329,19 @@ class PartySession:
 
     def load_state(self, fields: dict) -> dict:
         """Resume from the state it saved in its own directory for ``round`` of run ``run``:
-        before its first release, and only the newest round it saved for that run."""
+        before its first release, and only the newest round it saved for that run or the one
+        before it (:func:`resumable_rounds`: the server's checkpoint of a run stopped between
+        the parties' save and its own)."""
         self.own.guard.check_load()
         root = self.config.state_dir
         try:
             run = check_run_key(fields["run"])
-            latest = latest_saved_round(root, self.party, run)
+            rounds = resumable_rounds(root, self.party, run)
             path = party_state_path(root, self.party, run, fields["round"])
         except ValueError as error:
             return {"problem": f"party {self.party} refuses to resume: {error}"}
-        if latest is not None and path.is_file() and int(fields["round"]) != latest:
-            raise self.own.guard.refusal(
-                "load_state",
-                f"it resumes only from the newest state it saved for run {run}, round {latest}, "
-                f"not round {fields['round']}",
-            )
+        if rounds and path.is_file() and int(fields["round"]) not in rounds:
+            raise self.own.guard.refusal("load_state", resume_refusal(run, rounds, fields["round"]))
         state, problem = load_party_state(root, self.party, run, fields["round"])
         if state is not None:
             self.own.load_state_dict(state)

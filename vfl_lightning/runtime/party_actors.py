@@ -30,9 +30,10 @@ from vfl_lightning.data.psi import PsiError, PsiParty
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.mechanisms.identity import SignedPublicKey
 from vfl_lightning.runtime.party_state import (
-    latest_saved_round,
     load_party_state,
     party_state_path,
+    resumable_rounds,
+    resume_refusal,
     save_party_state,
 )
 from vfl_lightning.runtime.party_trust import PartyKeys, PartyTrust, check_agreement
@@ -192,20 +193,16 @@ class PartyActor(PsiActorMethods):
         (a run key: 32 hex digits naming a folder of its own, no path), tensors and plain values
         only (``weights_only``), and save into that run's folder from then on; "" or why it
         cannot. Its guard refuses a load after its first release, and any round but the newest
-        it saved for that run."""
+        it saved for that run or the one before it (:func:`resumable_rounds`)."""
         root = self.trust.root()
         self.own.guard.check_load()
         try:
-            latest = latest_saved_round(root, self.party, run)
+            rounds = resumable_rounds(root, self.party, run)
             path = party_state_path(root, self.party, run, round)
         except ValueError as error:
             return f"party {self.party} refuses to resume: {error}"
-        if latest is not None and path.is_file() and int(round) != latest:
-            raise self.own.guard.refusal(
-                "load_state",
-                f"it resumes only from the newest state it saved for run {run}, round {latest}, "
-                f"not round {round}",
-            )
+        if rounds and path.is_file() and int(round) not in rounds:
+            raise self.own.guard.refusal("load_state", resume_refusal(run, rounds, round))
         state, problem = load_party_state(root, self.party, run, round)
         if state is not None:
             self.own.load_state_dict(state)

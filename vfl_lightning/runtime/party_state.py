@@ -53,22 +53,49 @@ def party_state_path(party_dir: str | Path, party: int, run: str, round: int) ->
 
 
 KEPT_ROUNDS = 3
-"""State files a party keeps: the newest three rounds. It resumes only from the newest
-(:func:`latest_saved_round`); the two before it stay for its operator (a party's own decision to
-go back, never the server's)."""
+"""State files a party keeps: the newest three rounds. It resumes only from the newest or the one
+before it (:func:`resumable_rounds`); the oldest stays for its operator (a party's own decision to
+go back that far, never the server's)."""
 
 
-def latest_saved_round(party_dir: str | Path, party: int, run: str) -> int | None:
-    """The newest round party ``party`` saved for run ``run`` (None: none)."""
+def saved_rounds(party_dir: str | Path, party: int, run: str) -> list[int]:
+    """The rounds party ``party`` saved for run ``run``, newest first."""
     folder = party_state_path(party_dir, party, run, 0).parent
     if not folder.is_dir():
-        return None
+        return []
     rounds = [
         int(p.stem.removeprefix("round_"))
         for p in folder.glob("round_*.pt")
         if p.stem.removeprefix("round_").isdigit()
     ]
-    return max(rounds, default=None)
+    return sorted(rounds, reverse=True)
+
+
+def latest_saved_round(party_dir: str | Path, party: int, run: str) -> int | None:
+    """The newest round party ``party`` saved for run ``run`` (None: none)."""
+    return next(iter(saved_rounds(party_dir, party, run)), None)
+
+
+def resumable_rounds(party_dir: str | Path, party: int, run: str) -> list[int]:
+    """The rounds party ``party`` resumes run ``run`` from: the newest it saved, and the one it
+    saved before it. The server asks every party to save before it writes its own checkpoint
+    (and only once its previous checkpoint is on disk), so a run stopped in between (a party or
+    the server killed after a party saved) has a last checkpoint one save behind that party's
+    newest state; any older round is refused. Going back one save gives a server nothing that
+    releases past the newest save and a resume from it do not: the party's private streams
+    restart from fresh entropy on every load, PBM's pair seeds come from a new agreement, and
+    the program's ledger (``runtime=grpc``) keeps counting every release."""
+    return saved_rounds(party_dir, party, run)[:2]
+
+
+def resume_refusal(run: str, rounds: list[int], round: int) -> str:
+    """The rule a party states when a server asks it to resume ``run`` from another ``round``
+    than those of :func:`resumable_rounds`."""
+    before = f", or the one before it, round {rounds[1]}" if len(rounds) > 1 else ""
+    return (
+        f"it resumes only from the newest state it saved for run {run}, round {rounds[0]}"
+        f"{before}, not round {round}"
+    )
 
 
 def save_party_state(party_dir: str | Path, party: int, run: str, round: int, state: dict) -> Path:
