@@ -63,6 +63,11 @@ def test_an_asynchronous_client_refuses_crafted_row_indices(tmp_path):
     assert refusal(program, [("EmbedRows", {"idx": bad})]) == indices
     query = {"idx": bad, "zoo": True, "stream": None}
     assert refusal(program, [("ClientMessage", query)]) == indices
+    # an empty batch: a refusal, not the party's code failing on a query over no row
+    empty = query | {"idx": torch.zeros(0, dtype=torch.int64)}
+    assert refusal(program, [("ClientMessage", empty)]) == (
+        "party 0 refused client_message: a client message embeds at least one row"
+    )
 
 
 def test_a_fedvs_client_collects_shares_once_after_sharing_its_own(tmp_path):
@@ -75,6 +80,11 @@ def test_a_fedvs_client_collects_shares_once_after_sharing_its_own(tmp_path):
     ]:
         line = refusal(program, [call])
         assert "with no Share" in line and "of its own awaiting them" in line, line
+    # a share asked for before the key agreement: the sealing's own rule, worded as a refusal
+    assert refusal(program, [("ShareData", {})]) == (
+        "party 0 refuses ShareData: client 0 holds no channel key with client 1: it sends no "
+        "share before the authenticated key agreement"
+    )
     indices = "party 0 refuses: row indices are a 1-d int64 tensor"
     gradient = ["dense", torch.zeros(4, session.width)]
     update = {"idx": torch.arange(4).to(torch.bfloat16), "gradient": gradient}
@@ -265,6 +275,25 @@ def test_a_call_that_does_not_decode_is_named_in_the_line_not_the_call_before_it
     assert raw_refusal(program, [[send()], [b""]]) == (
         f"party 0 refuses an empty call: its frame does not decode (an empty call){fix}"
     )
+
+
+def test_text_from_the_server_reaches_the_party_log_escaped_on_one_line(tmp_path, capsys):
+    """A call name and a Close status carrying a terminal's escape sequence, a carriage return
+    and a bidirectional override are printed by the party (and sent back) escaped, one line per
+    event: a server cannot clear the operator's terminal or forge a line of the party's log."""
+    program, _ = session_of(tmp_path, NPQ)
+    capsys.readouterr()
+    forged = "\x1b[2J\rerror: party 0 accepted\u202e"
+    name = forged.encode()
+    line = raw_refusal(program, [[bytes([len(name)]) + name + b"\x01\x00"]])
+    assert line.startswith("party 0 refuses \\x1b[2J error: party 0 accepted\\u202e: its frame")
+    stream_calls(program, [("Close", {"status": forged})])
+    printed = capsys.readouterr().out
+    assert printed.isascii() and "\x1b" not in printed and "\r" not in printed
+    assert printed.splitlines() == [
+        f"error: {line}",
+        "party 0: the server closed the run (\\x1b[2J error: party 0 accepted\\u202e)",
+    ]
 
 
 def test_a_proposal_of_fewer_parties_is_counted_at_its_larger_epsilon_and_capped(tmp_path):

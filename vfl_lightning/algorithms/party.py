@@ -177,7 +177,10 @@ class Party:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """An asynchronous client's message (c, c_hat): a ZOO query with directions from
         ``generator`` (:func:`~vfl_lightning.algorithms.zoo.client_query`; the party keeps it),
-        or, without ``zoo``, its embedding c (c_hat None; the party keeps the forward)."""
+        or, without ``zoo``, its embedding c (c_hat None; the party keeps the forward); an
+        empty batch is refused (a query needs a row to take its batch mean over)."""
+        if len(x) == 0:
+            raise self.guard.refusal("client_message", "a client message embeds at least one row")
         self.zoo = zoo
         if zoo is None:
             self.h = self.model(x)

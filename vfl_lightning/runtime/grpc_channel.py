@@ -59,8 +59,12 @@ STATUS_ERRORS = {
 
 
 def one_line(text: str, limit: int = 400) -> str:
-    """``text`` on one line, at most ``limit`` characters."""
+    """``text`` on one line, at most ``limit`` characters, every character that does not print
+    (a terminal's escape sequence, a bidirectional override) written as its escape: a line may
+    carry what the other side sent, and it must not rewrite a terminal or forge another line."""
     line = " ".join(str(text).split())
+    if not line.isprintable():
+        line = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in line)
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
@@ -179,6 +183,8 @@ class PartyService:
                 f"party {self.party} refuses {method}: its frame does not decode ({line}); the "
                 "server must run the party's vfl_lightning version"
             )
+        elif isinstance(error, PermissionError) and not line.startswith(f"party {self.party} ref"):
+            line = f"party {self.party} refuses {method}: {line}"  # a rule of a mechanism's own
         elif not line.startswith("party "):
             line = f"party {self.party} ({method}): {type(error).__name__}: {line}"
         print(f"error: {line}", flush=True)

@@ -21,6 +21,7 @@ from vfl_lightning.runtime.grpc_channel import (
     PartyRefusal,
     PartyService,
     ProposalRefused,
+    one_line,
     start_server,
 )
 from vfl_lightning.runtime.grpc_party import OwnData, PartySession
@@ -183,7 +184,8 @@ class PartyProgram:
         return run
 
     def close(self, session: PartySession, status: str) -> None:
-        print(f"party {self.config.party}: the server closed the run ({status})", flush=True)
+        closed = one_line(status, 80)  # the server's text
+        print(f"party {self.config.party}: the server closed the run ({closed})", flush=True)
         with self.order:
             self.ledger.save()
         self.session = None
