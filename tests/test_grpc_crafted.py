@@ -296,6 +296,40 @@ def test_text_from_the_server_reaches_the_party_log_escaped_on_one_line(tmp_path
     ]
 
 
+def test_a_proposal_in_a_run_ends_the_running_session_for_good(tmp_path):
+    """A second session: the server proposes again while a session's stream is open. The open
+    stream's next call is refused (the party answers one session, the newest), and the old
+    session's id opens no stream any more, so no call reaches the replaced session's keys,
+    rows or guard again."""
+    program, session = session_of(tmp_path, NPQ)
+    context = ServerContext(program.config.server_name)
+
+    def send(round: int) -> bytes:
+        return bundle(
+            [encode_call("Send", {"idx": torch.arange(4), "stage": "train", "round": round})]
+        )
+
+    def messages():
+        yield bundle([encode_call("Open", {"session": session.session})])
+        yield send(0)
+        program.propose({"proposal": program.proposal})  # the server proposes again mid-run
+        yield send(1)
+
+    replies = []
+    with pytest.raises(Aborted) as aborted:
+        for reply in program.handlers().stream(messages(), context):
+            replies.append(reply)
+    assert len(replies) == 2  # Open and the first Send
+    assert aborted.value.code == grpc.StatusCode.PERMISSION_DENIED
+    assert aborted.value.line == "party 0 refuses Send: its session was replaced"
+    assert program.session is not session
+    with pytest.raises(Aborted) as reopened:
+        stream_calls(program, [("Digest", {})], session=session.session)
+    assert reopened.value.line.startswith(
+        f"party 0 refuses to open session '{session.session}': the server must propose"
+    )
+
+
 def test_a_proposal_of_fewer_parties_is_counted_at_its_larger_epsilon_and_capped(tmp_path):
     """The number of parties is the proposal's (a party's file does not fix it): proposed alone,
     a PBM party has no peer to mask with and its noise is the sum's only noise; it counts the ε
