@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import stop_at
 
-from vfl_lightning.errors import ConfigError, NonFiniteLoss
+from vfl_lightning.errors import ConfigError, NonFiniteLoss, Terminated
 from vfl_lightning.run.outcome import exit_code, finish_wandb
 from vfl_lightning.train import strict_json, train
 
@@ -152,14 +152,26 @@ def test_finished_run_has_status_and_strict_json(make_cfg):
 
 
 def test_ctrl_c_is_recorded_as_interrupted(make_cfg):
+    """Lightning turns Ctrl-C into ``sys.exit(1)``; the run raises Terminated with the line that
+    says where it stopped and how to resume (results.json's ``error``; before: ``"1"``)."""
     cfg = make_cfg("algo=npq", *SHORT, "trainer.max_epochs=2", *stop_at(1, 1, how="interrupt"))
     handler = signal.getsignal(signal.SIGINT)
     try:
-        with pytest.raises(SystemExit):
+        with pytest.raises(Terminated) as stop:
             train(cfg)
     finally:
         signal.signal(signal.SIGINT, handler)
-    assert results_of(cfg)["status"] == "interrupted"
+    results = results_of(cfg)
+    assert results["status"] == "interrupted" and stop.value.exit_code == 130
+    assert (
+        results["error"]
+        == str(stop.value)
+        == (
+            f"stopped by Ctrl-C at epoch 1, training round {results['global_step']}: results.json "
+            f"has status interrupted; resume with ckpt_path={cfg.paths.output_dir}/checkpoints/"
+            "last.ckpt"
+        )
+    )
 
 
 def test_wandb_is_finished_with_the_runs_exit_code(monkeypatch):

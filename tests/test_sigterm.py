@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,6 +97,40 @@ def test_the_command_line_prints_one_line_and_exits_143(make_cfg, capsys, sigter
     assert stop.value.code == 143
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {results_of(cfg)['error']}"]
+
+
+def test_ctrl_c_on_the_command_line_is_one_line_and_exits_130(make_cfg, capsys):
+    """As SIGTERM: the line says where the run stopped and how to resume (before: Lightning's
+    ``sys.exit(1)``, no line, results.json's error ``"1"``)."""
+    cfg = make_cfg("algo=npq", *SHORT, "trainer.max_epochs=3", *stop_at(1, 0, how="interrupt"))
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            cli.main(cfg)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert stop.value.code == 130
+    error = results_of(cfg)["error"]
+    assert re.fullmatch(STOPPED.replace("SIGTERM", "Ctrl-C") + "; resume with ckpt_path=.*", error)
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {error}"]
+
+
+def test_ctrl_c_before_training_is_one_line(make_cfg, capsys, monkeypatch):
+    """Ctrl-C while torch and Lightning are imported, before train() took over."""
+    import vfl_lightning.run.train as run_train
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_train, "train", interrupted)
+    cfg = make_cfg("algo=npq", *SHORT)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(cfg)
+    assert stop.value.code == 130
+    line = "stopped by Ctrl-C before training started: results.json has status interrupted"
+    assert capsys.readouterr().err.splitlines() == [f"error: {line}"]
+    assert results_of(cfg)["status"] == "interrupted" and results_of(cfg)["error"] == line
 
 
 def start_cli(tmp_path: Path, *overrides: str) -> subprocess.Popen:

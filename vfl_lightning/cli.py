@@ -24,7 +24,7 @@ from vfl_lightning.run.early import check_early
 from vfl_lightning.run.hydra_cli import FailedJob, hydra_command_line
 from vfl_lightning.run.outcome import RUN_LOG_ONLY, error_summary, exit_code
 from vfl_lightning.run.signals import EXIT_CODE as SIGTERM_EXIT_CODE
-from vfl_lightning.run.signals import sigterm_stops_the_run
+from vfl_lightning.run.signals import INTERRUPT_EXIT_CODE, sigterm_stops_the_run
 
 __all__ = ["FailedJob", "OutputDirCheck", "main", "hydra_command_line"]
 
@@ -167,8 +167,8 @@ def record(cfg: DictConfig, status: str, error: str, started: float) -> None:
 def main(cfg: DictConfig) -> float | None:
     """Train; return ``optimized_metric`` for sweepers. ``HYDRA_FULL_ERROR=1`` keeps tracebacks;
     in a multirun the line is printed and raised as :class:`FailedJob` so Hydra records the job
-    as failed and goes on. SIGTERM ends the run (and a multirun) with its one line, exit code
-    143. Under ``trainer=ddp`` rank 0 alone prints the results lines."""
+    as failed and goes on. SIGTERM (Ctrl-C) ends the run (and a multirun) with its one line, exit
+    code 143 (130). Under ``trainer=ddp`` rank 0 alone prints the results lines."""
     with sigterm_stops_the_run():
         return _main(cfg)
 
@@ -190,15 +190,17 @@ def _main(cfg: DictConfig) -> float | None:
         from vfl_lightning.search import objective
 
         results = train(cfg)
-    except Terminated as stop:
-        line = str(stop)
-        if not line:  # before train() took over
-            line = "stopped by SIGTERM before training started: results.json has status interrupted"
+    except (Terminated, KeyboardInterrupt) as stop:
+        line = str(stop) if isinstance(stop, Terminated) else ""
+        code = stop.exit_code if isinstance(stop, Terminated) else INTERRUPT_EXIT_CODE
+        if not line:  # before train() took over (e.g. while torch is imported)
+            by = "SIGTERM" if code == SIGTERM_EXIT_CODE else "Ctrl-C"
+            line = f"stopped by {by} before training started: results.json has status interrupted"
             record(cfg, "interrupted", line, started)
         if full_error:
             raise
         print(f"error: {line}", file=sys.stderr)
-        sys.exit(SIGTERM_EXIT_CODE)
+        sys.exit(code)
     except Exception as error:
         code = exit_code(error)
         if code is None or full_error:

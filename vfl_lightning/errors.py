@@ -43,6 +43,11 @@ def resume_advice(checkpoint: str | None, restart: str = "") -> str:
 
 
 class Terminated(BaseException):
-    """The process received SIGTERM: the run stops where it is, records ``status: interrupted``
-    in results.json, and the command line prints this message in one line (exit code 143). A
+    """The process received SIGTERM (or the user's Ctrl-C): the run stops where it is, records
+    ``status: interrupted`` in results.json, and the command line prints this message in one line
+    and exits with ``exit_code`` (143 for SIGTERM, 130 for Ctrl-C, the shell's codes). A
     BaseException, as KeyboardInterrupt, so no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, message: str = "", exit_code: int = 143) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

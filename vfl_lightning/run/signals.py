@@ -86,12 +86,16 @@ def terminated(error: BaseException | None) -> bool:
     return False
 
 
-def sigterm_message(results: dict, checkpoint: Path | None) -> str:
-    """The one line of a run SIGTERM stopped: where, and how to go on."""
+INTERRUPT_EXIT_CODE = 128 + signal.SIGINT
+"""The exit code of a run stopped by Ctrl-C (SIGINT)."""
+
+
+def sigterm_message(results: dict, checkpoint: Path | None, by: str = "SIGTERM") -> str:
+    """The one line of a run SIGTERM (``by``: or Ctrl-C) stopped: where, and how to go on."""
     where = f"epoch {results.get('epochs', 0)}, training round {results.get('global_step', 0)}"
     resume = (
         f"; resume with ckpt_path={checkpoint}"
         if checkpoint is not None and checkpoint.is_file()
         else " (no checkpoint was written yet)"
     )
-    return f"stopped by SIGTERM at {where}: results.json has status interrupted{resume}"
+    return f"stopped by {by} at {where}: results.json has status interrupted{resume}"

@@ -43,7 +43,9 @@ from vfl_lightning.run.results import finished_results, logged_metrics, progress
 from vfl_lightning.run.resume import check_resume, protocol_config
 from vfl_lightning.run.runtimes import LocalRuntime, make_runtime
 from vfl_lightning.run.schema import check_unindexed_keys
+from vfl_lightning.run.signals import EXIT_CODE as SIGTERM_EXIT_CODE
 from vfl_lightning.run.signals import (
+    INTERRUPT_EXIT_CODE,
     ignore_sigterm_from_here,
     raise_if_terminated,
     sigterm_message,
@@ -60,8 +62,8 @@ def train(cfg: DictConfig) -> dict:
     """Train and test the configured protocol; return (and write) the results dictionary.
 
     ``results.json`` is written whatever happens, with ``status``: ``finished``, ``failed``
-    (with ``error``, also logged) or ``interrupted`` (Ctrl-C, or SIGTERM: then
-    :class:`~vfl_lightning.errors.Terminated` is raised with the one line); W&B is finished with
+    (with ``error``, also logged) or ``interrupted`` (Ctrl-C or SIGTERM: then
+    :class:`~vfl_lightning.errors.Terminated` is raised with the one line and its exit code); W&B is finished with
     a non-zero exit code unless the run finished.
     """
     with sigterm_stops_the_run():
@@ -120,14 +122,18 @@ def _train(cfg: DictConfig) -> dict:
     except BaseException as error:
         refused = exit_code(error) == 2  # a configuration refusal: its error line says it all
         stopped = terminated(error)
-        results["status"] = "interrupted" if stopped or interrupted(error) else "failed"
+        ctrl_c = not stopped and interrupted(error)
+        results["status"] = "interrupted" if stopped or ctrl_c else "failed"
         results |= progress_results(module, trainer)
-        results["error"] = (
-            sigterm_message(results, last_checkpoint(trainer)) if stopped else error_summary(error)
-        )
+        if stopped or ctrl_c:
+            by = "SIGTERM" if stopped else "Ctrl-C"
+            results["error"] = sigterm_message(results, last_checkpoint(trainer), by)
+        else:
+            results["error"] = error_summary(error)
         log.error("run %s: %s", results["status"], results["error"], extra=RUN_LOG_ONLY)
-        if stopped:
-            raise Terminated(results["error"]) from error
+        if stopped or ctrl_c:
+            code = SIGTERM_EXIT_CODE if stopped else INTERRUPT_EXIT_CODE
+            raise Terminated(results["error"], code) from error
         raise
     finally:
         ignore_sigterm_from_here()
