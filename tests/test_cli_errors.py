@@ -71,6 +71,12 @@ BATTERY = [
     (["seed=1.5"], r"^seed must be an integer in \[0, 2\^32 - 1\], got 1.5$"),
     (["torch_threads=-1"], r"^torch_threads must be an integer >= 1 or null, got -1$"),
     (["torch_threads=abc"], r"^torch_threads must be an integer >= 1 or null, got 'abc'$"),
+    # before: the data loader's import failed with a multi-line mmap error
+    (
+        ["torch_threads=100000"],
+        rf"^torch_threads=100000 is more than 4 threads per core of this machine's "
+        rf"{os.cpu_count()}: choose at most {4 * os.cpu_count()} \(null: torch's default\)$",
+    ),
     (["lightning_speedups=maybe"], r"^lightning_speedups must be true or false, got 'maybe'$"),
     (
         ["trainer.precision=16-mixed"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import os
 import sys
 
 from omegaconf import DictConfig
@@ -32,6 +33,11 @@ def check_early(cfg: DictConfig) -> None:
     check_target_packages(cfg)
 
 
+THREADS_PER_CORE = 4
+"""``torch_threads`` above this many per core only oversubscribes the machine (and 100,000
+threads exhaust its memory while the data loads)."""
+
+
 def check_run_config(cfg: DictConfig) -> None:
     """``seed``, ``torch_threads`` and ``lightning_speedups``."""
     seed = cfg.get("seed")
@@ -42,6 +48,12 @@ def check_run_config(cfg: DictConfig) -> None:
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
     ):
         raise ConfigError(f"torch_threads must be an integer >= 1 or null, got {threads!r}")
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > THREADS_PER_CORE * cores:
+        raise ConfigError(
+            f"torch_threads={threads} is more than {THREADS_PER_CORE} threads per core of this "
+            f"machine's {cores}: choose at most {THREADS_PER_CORE * cores} (null: torch's default)"
+        )
     speedups = cfg.get("lightning_speedups", True)
     if not isinstance(speedups, bool):
         raise ConfigError(f"lightning_speedups must be true or false, got {speedups!r}")
