@@ -132,6 +132,10 @@ SETTINGS = dict(
         ({"study_name": ""}, "hydra.sweeper.study_name= must be a non-empty name"),
         ({"sampler": {"seed": 0}}, "must name an Optuna sampler"),
         ({"params": ["a=1"]}, "hydra.sweeper.params=['a=1'] must be a mapping"),
+        (
+            {"sampler": {"_target_": "optuna.samplers.TPESampler", "seed": "abc"}},
+            "hydra.sweeper.sampler.seed=abc must be an integer >= 0 or null",
+        ),
     ],
 )
 def test_bad_settings_are_one_line(capsys, change, message):

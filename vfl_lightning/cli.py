@@ -69,13 +69,24 @@ def lightning_logs_to_stderr() -> None:
 class OutputDirCheck(Callback):
     """A Hydra callback (``hydra.callbacks`` in conf/hydra/default.yaml): Hydra creates the run
     (or sweep) directory before the task function runs, so an impossible or unwritable
-    ``hydra.run.dir`` / ``hydra.sweep.dir`` is refused here, in one line with exit code 2."""
+    ``hydra.run.dir`` / ``hydra.sweep.dir`` is refused here, in one line with exit code 2; so is
+    a joblib launcher's ``n_jobs`` that joblib would refuse with a traceback."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         check_output_dir("hydra.run.dir", config.hydra.run.dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         check_output_dir("hydra.sweep.dir", config.hydra.sweep.dir)
+        launcher = OmegaConf.select(config, "hydra.launcher._target_", default="") or ""
+        jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
+        if "joblib" in launcher and (
+            isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0
+        ):
+            fail(
+                f"error: hydra.launcher.n_jobs must be a nonzero integer (jobs at a time; -1: one "
+                f"per core), got {jobs!r}",
+                2,
+            )
 
 
 class PoolAudits(Callback):

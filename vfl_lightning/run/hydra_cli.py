@@ -94,6 +94,18 @@ def check_every_job(sweeper, batch) -> None:
     (``data.batch_size=32,-1,64``) refuses the sweep in one line, exit 2, before anything
     trains. What only a job's own run finds (after the imports) fails that job, and the sweep
     goes on."""
+    for number, overrides in enumerate(batch):
+        problem = job_problem(sweeper, number, list(overrides))
+        if problem is not None:
+            raise FailedJob(
+                f"error: {problem} (job {number} of the sweep: {' '.join(overrides)}; no job ran)",
+                2,
+            )
+
+
+def job_problem(sweeper, number: int, overrides: list[str]) -> str | None:
+    """The line :func:`~vfl_lightning.run.early.check_early` refuses job ``number`` with
+    (``overrides`` composed as the launcher composes them), or None."""
     import copy
 
     from hydra.core.hydra_config import HydraConfig
@@ -106,29 +118,22 @@ def check_every_job(sweeper, batch) -> None:
     hydra_config = HydraConfig.instance()
     previous = hydra_config.cfg
     try:
-        for number, overrides in enumerate(batch):
-            job = loader.load_sweep_config(
-                master_config=sweeper.config, sweep_overrides=list(overrides)
-            )
-            # as the launcher sets them for the job: its number, its output dir (${hydra:...})
-            with open_dict(job):
-                job.hydra.job.num = number
-                job.hydra.job.id = f"check_{number}"
-            with read_write(job.hydra.runtime):
-                folder = OmegaConf.select(job, "hydra.sweep.dir"), job.hydra.sweep.subdir
-                job.hydra.runtime.output_dir = os.path.abspath(os.path.join(*map(str, folder)))
-            hydra_config.set_config(job)
-            task = copy.deepcopy(job)
-            with read_write(task), open_dict(task):
-                del task["hydra"]
-            try:
-                check_early(task)
-            except ConfigError as error:
-                line = " ".join(str(error).split())
-                raise FailedJob(
-                    f"error: {line} (job {number} of the sweep: {' '.join(overrides)}; no job ran)",
-                    2,
-                ) from None
+        job = loader.load_sweep_config(master_config=sweeper.config, sweep_overrides=overrides)
+        # as the launcher sets them for the job: its number, its output dir (${hydra:...})
+        with open_dict(job):
+            job.hydra.job.num = number
+            job.hydra.job.id = f"check_{number}"
+        with read_write(job.hydra.runtime):
+            folder = OmegaConf.select(job, "hydra.sweep.dir"), job.hydra.sweep.subdir
+            job.hydra.runtime.output_dir = os.path.abspath(os.path.join(*map(str, folder)))
+        hydra_config.set_config(job)
+        task = copy.deepcopy(job)
+        with read_write(task), open_dict(task):
+            del task["hydra"]
+        check_early(task)
+        return None
+    except ConfigError as error:
+        return " ".join(str(error).split())
     finally:
         hydra_config.cfg = previous
 

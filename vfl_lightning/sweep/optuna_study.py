@@ -29,6 +29,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from vfl_lightning.errors import ConfigError
+from vfl_lightning.run.hydra_cli import job_problem
 from vfl_lightning.sweep.space import SearchSpace, search_space
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,8 @@ class OptunaStudySweeper:
                 "{_target_: optuna.samplers.TPESampler, seed: 0}"
             )
         self.seed = sampler.get("seed")
+        if self.seed is not None and (type(self.seed) is not int or self.seed < 0):
+            refuse(f"hydra.sweeper.sampler.seed={self.seed} must be an integer >= 0 or null")
         self.config: DictConfig | None = None
 
     @staticmethod
@@ -168,6 +171,7 @@ class OptunaStudySweeper:
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
         self.config = config
+        self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
@@ -236,6 +240,17 @@ class OptunaStudySweeper:
                 )
         return study
 
+    def check_fixed(self, space: SearchSpace) -> None:
+        """A fixed override every trial would be refused for: one line, exit 2, before the study
+        is stored (a searched value that a trial's run refuses fails that trial only)."""
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            return
+        fixed = list(space.fixed.values())
+        problem = job_problem(self, 0, fixed)
+        searched = tuple(name.lstrip("+~") for name in space.distributions)
+        if problem is not None and not (searched and problem.startswith(searched)):
+            refuse(f"{problem} (every trial: {' '.join(fixed)}; no trial ran)")
+
     def interrupted(self, study: optuna.Study, numbers: list[int]) -> None:
         """Records trials ``numbers`` as failed and as interrupted (call while asking)."""
         if not numbers:
@@ -283,6 +298,7 @@ class OptunaStudySweeper:
             space = search_space(self.params, arguments)
         except ConfigError as error:
             refuse(str(error))
+        self.check_fixed(space)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = self.open_study(space)
         log.info(
