@@ -109,3 +109,15 @@ def test_a_data_dir_that_cannot_be_made_names_the_key(tmp_path, capsys):
     line = refused(capsys, "data=mnist", "paths.data_dir=/proc/x", "--out", str(tmp_path / "o"))
     assert line == "paths.data_dir=/proc/x cannot be used: No such file or directory (/proc/x)"
     assert not (tmp_path / "o").exists()
+
+
+def test_the_example_of_help_runs(tmp_path, capsys):
+    """The command ``--help`` shows writes its files (before: the example's data.num_parties=2
+    with digits' quadrants was refused)."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    example = text.split("Example: python -m vfl_lightning.data.export ", 1)[1].split()
+    assert example[-2:] == ["--out", "parties/"]
+    assert main([*example[:-1], str(tmp_path / "parties")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "parties" / "manifest.json").is_file()

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             "The overrides are train.py's and are checked as train.py checks them (an unknown "
             "key or option, a wrong type or range is one 'error:' line, exit 2). Example: "
             "python -m vfl_lightning.data.export data=digits data.num_parties=2 "
-            "data.overlap=0.8 --out parties/"
+            "data.partition=halves data.overlap=0.8 --out parties/"
         ),
     )
     parser.add_argument(
