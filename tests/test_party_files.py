@@ -21,6 +21,7 @@ from vfl_lightning.data.party_files import (
     read_server_file,
     sha256_file,
 )
+from vfl_lightning.errors import ConfigError
 
 
 def datamodule_of(*overrides: str):
@@ -134,6 +135,15 @@ def test_fedvs_trains_on_segmented_batches_from_party_files(tmp_path, make_cfg):
     segmented = "vfl_lightning.data.files_datamodule.SegmentedPartyFilesDataModule"
     files = ["data=party_files", f"data.dir={tmp_path / 'files'}", f"data._target_={segmented}"]
     assert train(make_cfg(*common, *files))["model_digest"] == original["model_digest"]
+    # without data._target_, one line naming it (before: "VerticalDataModule.__init__() got an
+    # unexpected keyword argument 'dir'")
+    with pytest.raises(ConfigError) as refused:
+        train(make_cfg(*common, *files[:2]))
+    assert str(refused.value) == (
+        "data=party_files sets data.dir, which data._target_=vfl_lightning.data.segments."
+        "SegmentedDataModule does not take (set by algo=fedvs, experiment=fedvs_digits): read the "
+        f"party files in that form with data._target_={segmented}"
+    )
 
 
 # ----------------------------------------------------------------------------- bad inputs

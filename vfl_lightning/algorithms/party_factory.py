@@ -16,6 +16,14 @@ PARTY_GROUPS = ("seed", "data", "party", "mechanism", "optimizer")
 """The config groups the party side is built from (never the head, the labels' use, the algo)."""
 
 
+FILES_FORMS = {
+    "vfl_lightning.data.segments.SegmentedDataModule": (
+        "vfl_lightning.data.files_datamodule.SegmentedPartyFilesDataModule"
+    ),
+}
+"""The data module that reads ``data=party_files`` in the form a protocol's config asks for."""
+
+
 def chosen_configs() -> dict:
     """Hydra's config choices of the running job (``algo``, ``mechanism``, ...), or {} outside one."""
     from hydra.core.hydra_config import HydraConfig
@@ -103,9 +111,36 @@ class PartyFactory:
             ) from error
 
     def datamodule(self, **options):
+        """The data module of the ``data`` config; a key of the chosen data config that the
+        class another config put in ``data._target_`` does not take (``data=party_files`` under
+        ``algo=fedvs``) becomes one ConfigError naming both."""
         from hydra.utils import instantiate
 
-        return instantiate(self.config["data"], **options)
+        try:
+            return instantiate(self.config["data"], **options)
+        except Exception as error:
+            cause = error
+            while cause.__cause__ is not None and not isinstance(cause, TypeError):
+                cause = cause.__cause__
+            unknown = re.search(r"unexpected keyword argument '(\w+)'", str(cause))
+            if not isinstance(cause, TypeError) or unknown is None:
+                raise
+            choices = chosen_configs()
+            chosen = ", ".join(
+                f"{g}={choices[g]}" for g in ("algo", "experiment") if choices.get(g)
+            )
+            target = self.config["data"].get("_target_")
+            files_form = FILES_FORMS.get(target) if choices.get("data") == "party_files" else None
+            fix = (
+                f"read the party files in that form with data._target_={files_form}"
+                if files_form
+                else "this combination is not supported; choose another data or algo"
+            )
+            raise ConfigError(
+                f"data={choices.get('data', '?')} sets data.{unknown.group(1)}, which "
+                f"data._target_={target} does not take (set by "
+                f"{chosen or 'the chosen configs'}): {fix}"
+            ) from error
 
     @property
     def reads_party_files(self) -> bool:
