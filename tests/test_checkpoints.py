@@ -269,3 +269,32 @@ def test_resuming_a_finished_run_reports_its_results_and_checkpoint(make_cfg):
     assert again == first | {"checkpoint": str(last(finished))}
     written = json.loads((Path(finished.paths.output_dir) / "results.json").read_text())
     assert written["val/acc"] == first["val/acc"]
+
+
+@pytest.mark.parametrize(
+    ("trainer", "message"),
+    [
+        (
+            {"max_epochs": 1},
+            "ckpt_path=c.ckpt is at epoch 2, beyond trainer.max_epochs=1: set it to 2 or more",
+        ),
+        (
+            {"max_epochs": 30, "fast_dev_run": True},
+            "ckpt_path=c.ckpt is at epoch 2, beyond trainer.fast_dev_run=True (1 epoch): drop "
+            "debug=fdr / trainer.fast_dev_run",
+        ),
+    ],
+)
+def test_a_resume_beyond_max_epochs_names_both_keys(trainer, message):
+    """Before: Lightning's 'You restored a checkpoint with current_epoch=2, but you have set
+    Trainer(max_epochs=1).', which names neither key nor the fix."""
+    from omegaconf import OmegaConf
+
+    from vfl_lightning.errors import ConfigError
+    from vfl_lightning.run.resume import check_resume_epochs
+
+    with pytest.raises(ConfigError) as refused:
+        check_resume_epochs(2, OmegaConf.create(trainer), "c.ckpt")
+    assert str(refused.value) == message
+    for fine in ({"max_epochs": 2}, {"max_epochs": -1, "max_steps": 10}, {"max_epochs": 5}):
+        check_resume_epochs(2, OmegaConf.create(fine), "c.ckpt")

@@ -72,5 +72,20 @@ def check_resume(cfg: DictConfig, config: dict) -> str | None:
     """``ckpt_path`` (or None) once its checkpoint is readable and matches ``config``."""
     ckpt_path = cfg.get("ckpt_path")
     if ckpt_path is not None:
-        check_resume_config(load_resume_checkpoint(str(ckpt_path)), config, str(ckpt_path))
+        checkpoint = load_resume_checkpoint(str(ckpt_path))
+        check_resume_config(checkpoint, config, str(ckpt_path))
+        check_resume_epochs(checkpoint.get("epoch"), cfg.trainer, str(ckpt_path))
     return ckpt_path
+
+
+def check_resume_epochs(epoch, trainer: DictConfig, path: str) -> None:
+    """The checkpoint's epoch is within ``trainer.max_epochs`` (``trainer.fast_dev_run``: 1), as
+    Lightning requires, or one ConfigError naming both and the fix."""
+    fast = trainer.get("fast_dev_run")
+    limit, key = (1, f"trainer.fast_dev_run={fast} (1 epoch)") if fast else (None, None)
+    if not fast:
+        limit = trainer.get("max_epochs")
+        key = f"trainer.max_epochs={limit}"
+    if type(epoch) is int and type(limit) is int and limit != -1 and epoch > limit:
+        fix = "drop debug=fdr / trainer.fast_dev_run" if fast else f"set it to {epoch} or more"
+        raise ConfigError(f"ckpt_path={path} is at epoch {epoch}, beyond {key}: {fix}")
