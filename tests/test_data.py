@@ -45,6 +45,32 @@ def test_splits_are_seeded_disjoint_and_scaled_on_train_only():
     assert test.mean(0).abs().max() > 1e-3  # test rows are not re-centred on their own mean
 
 
+def test_clipped_scaling_keeps_every_row_inside_the_training_range():
+    standard = VerticalDataModule("breast_cancer", num_parties=3, partition="even", seed=3)
+    clipped = VerticalDataModule(
+        "breast_cancer", num_parties=3, partition="even", seed=3, scaling="clipped"
+    )
+    train = torch.cat(standard.splits["train"].xs, dim=1)
+    low, high = train.min(0).values, train.max(0).values
+    # the case has an answer to find: standard scaling leaves test rows beyond the training range
+    test = torch.cat(standard.splits["test"].xs, dim=1)
+    outside = (test < low) | (test > high)
+    assert outside.any()
+    torch.testing.assert_close(torch.cat(clipped.splits["train"].xs, dim=1), train)
+    for stage in ("val", "test"):
+        was = torch.cat(standard.splits[stage].xs, dim=1)
+        now = torch.cat(clipped.splits[stage].xs, dim=1)
+        assert ((now >= low - 1e-6) & (now <= high + 1e-6)).all()
+        inside = (was >= low) & (was <= high)
+        torch.testing.assert_close(now[inside], was[inside])
+    clipped_test = torch.cat(clipped.splits["test"].xs, dim=1)
+    above, below = test > high, test < low
+    torch.testing.assert_close(clipped_test[above], high.expand_as(test)[above], atol=1e-5, rtol=0)
+    torch.testing.assert_close(clipped_test[below], low.expand_as(test)[below], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="scaling must be one of standard, clipped, none"):
+        VerticalDataModule("breast_cancer", num_parties=3, partition="even", scaling="minmax")
+
+
 def test_epoch_order_depends_only_on_seed_and_epoch():
     dm = VerticalDataModule("digits", batch_size=64, seed=1)
     loader = dm.train_dataloader()

@@ -35,6 +35,7 @@ from vfl_lightning.data.splits import (
 from vfl_lightning.seeding import derive_seed
 
 STAGES = ("train", "val", "test")
+SCALINGS = ("standard", "clipped", "none")
 
 
 def as_is(batch):
@@ -145,8 +146,8 @@ class VerticalDataModule(AlignedSplits, L.LightningDataModule):
                 "data.active_party=true needs data.num_parties >= 2 (the last slice is the "
                 f"server's, the others belong to the parties), got {num_parties}"
             )
-        if scaling not in ("standard", "none"):
-            raise ValueError(f"scaling must be 'standard' or 'none', got {scaling!r}")
+        if scaling not in SCALINGS:
+            raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
         self.overlap = check_overlap(overlap)
         self.psi = check_psi(psi)
         self.defer_alignment = bool(defer_alignment)
@@ -203,14 +204,14 @@ class VerticalDataModule(AlignedSplits, L.LightningDataModule):
             if self.score_split
             else {}
         )
-        mean, std = self._scaling_stats(x_train, raw.is_image)
+        scale = self._scaler(x_train, raw.is_image)
         self.split_index = index
         if self.simulates_holdings:
-            self._hold_rows(raw, index, mean, std)
+            self._hold_rows(raw, index, scale)
             self._prepared = True
             return
         for stage, rows in index.items():
-            flat = ((raw.x[rows] - mean) / std).reshape(len(rows), num_features)
+            flat = scale(raw.x[rows]).reshape(len(rows), num_features)
             xs = [
                 torch.from_numpy(np.ascontiguousarray(flat[:, s.index])).reshape(
                     len(rows), *s.shape
@@ -245,7 +246,7 @@ class VerticalDataModule(AlignedSplits, L.LightningDataModule):
         """Whether the parties hold rows of their own that the PSI aligns."""
         return self.overlap < 1.0 or self.psi == "always"
 
-    def _hold_rows(self, raw: RawDataset, index: dict, mean, std) -> None:
+    def _hold_rows(self, raw: RawDataset, index: dict, scale) -> None:
         """Each wire party's own rows (ids and columns, its own order) and the label holder's
         (ids, labels, its own slice), then the PSI here unless the runtime runs it."""
         if self.canaries:
@@ -254,7 +255,7 @@ class VerticalDataModule(AlignedSplits, L.LightningDataModule):
                 f"it with data.overlap=1 and data.psi=auto (got overlap={self.overlap:g}, "
                 f"psi={self.psi})"
             )
-        flat = ((raw.x - mean) / std).reshape(len(raw.x), -1)
+        flat = scale(raw.x).reshape(len(raw.x), -1)
         wire = self.slices[:-1] if self.active_party else self.slices
         holdings = simulate_holdings(len(raw.x), self.overlap, len(wire), self.seed)
         self.party_tables = [
@@ -301,17 +302,26 @@ class VerticalDataModule(AlignedSplits, L.LightningDataModule):
         stratify = labels if counts.min() >= 2 and room else None
         return train_test_split(rows, test_size=fraction, random_state=seed, stratify=stratify)
 
-    def _scaling_stats(self, x_train: np.ndarray, is_image: bool):
+    def _scaler(self, x_train: np.ndarray, is_image: bool):
+        """``rows -> scaled rows`` with statistics of the training rows only: ``standard`` (mean
+        and standard deviation per feature, one of each for images), ``clipped`` (the same after
+        clipping every feature to its training rows' [min, max], so no validation or test row
+        lies farther out than a training row), ``none``."""
         if self.scaling == "none":
-            return np.float32(0.0), np.float32(1.0)
+            return lambda x: x
         if is_image:
-            mean = x_train.mean(dtype=np.float64)
+            mean = np.float32(x_train.mean(dtype=np.float64))
             std = x_train.std(dtype=np.float64)
-            return np.float32(mean), np.float32(std if std > 0 else 1.0)
-        mean = x_train.mean(axis=0, dtype=np.float64)
-        std = x_train.std(axis=0, dtype=np.float64)
-        std[std == 0] = 1.0
-        return mean.astype(np.float32), std.astype(np.float32)
+            std = np.float32(std if std > 0 else 1.0)
+        else:
+            mean = x_train.mean(axis=0, dtype=np.float64).astype(np.float32)
+            std = x_train.std(axis=0, dtype=np.float64)
+            std[std == 0] = 1.0
+            std = std.astype(np.float32)
+        if self.scaling == "clipped":
+            low, high = x_train.min(axis=0), x_train.max(axis=0)
+            return lambda x: (np.clip(x, low, high) - mean) / std
+        return lambda x: (x - mean) / std
 
     @property
     def party_shapes(self) -> list[tuple[int, ...]]:

@@ -151,7 +151,7 @@ RANGES: dict[str, tuple[Callable, str]] = {
     "data.eval_batch_size": integer(1),
     "data.val_fraction": number(0, 1, high_open=True),
     "data.test_fraction": number(0, 1, high_open=True),
-    "data.scaling": choice("standard", "none"),
+    "data.scaling": choice("standard", "clipped", "none"),
     "data.overlap": number(0, 1, low_open=True),
     "data.psi": choice("auto", "always"),
     "data.loader": (
