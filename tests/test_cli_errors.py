@@ -185,6 +185,25 @@ BEFORE_FIT = [
         r"^data.bach_size is not a config key \(data \(vfl_lightning.data.VerticalDataModule\) "
         r"takes active_party, batch_size, .*\); check the spelling of 'bach_size'",
     ),
+    # a runtime keeps its settings (**settings): the keys its config files set (before: any)
+    (
+        ["+runtime.foo=1"],
+        r"^runtime.foo is not a config key \(runtime \(vfl_lightning.run.runtimes.LocalRuntime\) "
+        r"takes .*name, num_cpus, .*party_seeds.*\); check the spelling of 'foo'",
+    ),
+    # a node without _target_ is checked at every depth (before: audit.canary.foo trained)
+    (
+        ["audit=canary", "+audit.canary.foo=1"],
+        r"^audit.canary.foo is not a config key \(audit.canary takes confidence, count, known, "
+        r"party\); check the spelling of 'foo'",
+    ),
+    # W&B's logger passes what Lightning's does not take to wandb.init (before: "init() got an
+    # unexpected keyword argument 'foo'")
+    (
+        ["logger=wandb", "+logger.wandb.foo=1"],
+        r"^logger.wandb.foo is not a config key \(logger.wandb \(vfl_lightning.loggers."
+        r"WandbLogger\) takes .*entity, .*notes, .*project.*\); check the spelling of 'foo'",
+    ),
     (
         ["+target.foo=1"],
         r"^target.foo is not a config key \(target takes metric, mode, stop, value\)",
@@ -299,6 +318,7 @@ def test_refused_in_one_line_before_anything_trains(make_cfg, monkeypatch, overr
         ["+trainer.num_nodes=1"],
         ["+trainer.strategy=auto"],
         ["+algo.batch_parties=false"],
+        ["logger=wandb", "+logger.wandb.notes=hello"],
         ["+callbacks.stop._target_=conftest.StopAt", "+callbacks.stop.epoch=5"],
         ["trainer.max_epochs=-1", "trainer.max_steps=3"],
         ["trainer.limit_train_batches=0.5", "trainer.val_check_interval=2"],

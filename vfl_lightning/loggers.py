@@ -153,6 +153,10 @@ class WandbLogger(LightningWandbLogger):
       block is left out (``quiet``): the run prints its own summary.
     """
 
+    KWARGS_GO_TO = "wandb.init"
+    """Where the keyword arguments Lightning's logger does not take go: the key index lists its
+    parameters, so ``+logger.wandb.foo=1`` is refused before anything is built."""
+
     def __init__(
         self,
         *args: Any,

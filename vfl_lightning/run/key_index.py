@@ -97,6 +97,8 @@ def signature_keys(found) -> frozenset[str] | None:
         return None
     names: set[str] = set()
     for owner, function in chain:
+        if owner is object:  # ``**kwargs`` kept, not passed on: the keys its config files set
+            break
         try:
             parameters = inspect.signature(function).parameters.values()
         except (TypeError, ValueError):  # a builtin without a readable signature
@@ -105,7 +107,11 @@ def signature_keys(found) -> frozenset[str] | None:
         if not any(p.kind == p.VAR_KEYWORD for p in parameters):
             break
         if not owner.__module__.startswith("vfl_lightning."):
-            return None
+            passed_to = getattr(found, "KWARGS_GO_TO", None)  # the function they reach
+            if passed_to is None:
+                return None
+            more = signature_keys(locate(passed_to))
+            return None if more is None else frozenset((names | more) - {"self"})
     return frozenset(names - {"self"})
 
 

@@ -137,7 +137,9 @@ def check_target_node(
         return
     for key in node:
         if key not in META_KEYS and key not in parameters and f"{path}.{key}" not in known:
-            raise _unknown(f"{path}.{key}", parameters, f"{path} ({node.get('_target_')})")
+            set_in_files = {k[len(path) + 1 :] for k in known if k.startswith(f"{path}.")}
+            allowed = set(parameters) | {k for k in set_in_files if "." not in k}
+            raise _unknown(f"{path}.{key}", allowed, f"{path} ({node.get('_target_')})")
 
 
 def check_keys(
@@ -165,10 +167,23 @@ def check_keys(
                         )
                     check_target_node(f"{key}.{name}", item, known, keys_of)
         else:
-            inside = {k[len(key) + 1 :].split(".")[0] for k in known if k.startswith(f"{key}.")}
-            for name in node:
-                if name not in inside:
-                    raise _unknown(f"{key}.{name}", inside, key)
+            check_plain_node(str(key), node, known, keys_of)
+
+
+def check_plain_node(path: str, node: DictConfig, known: dict[str, list], keys_of) -> None:
+    """A node without a ``_target_`` (``audit``, ``search``): its keys, at every depth, are those
+    config files set (``+audit.canary.foo=1`` is refused); a ``_target_`` node inside it takes
+    its class's keys."""
+    inside = {k[len(path) + 1 :].split(".")[0] for k in known if k.startswith(f"{path}.")}
+    for name in node:
+        if name not in inside:
+            raise _unknown(f"{path}.{name}", inside, path)
+        child = node._get_node(name)
+        if isinstance(child, DictConfig) and not child._is_none():
+            if "_target_" in child:
+                check_target_node(f"{path}.{name}", child, known, keys_of)
+            else:
+                check_plain_node(f"{path}.{name}", child, known, keys_of)
 
 
 def _type_of(defaults: list) -> str | None:
