@@ -90,6 +90,13 @@ BATTERY = [
     (["trainer.accelerator=tpu"], r"^trainer.accelerator must be one of \('auto', .*got 'tpu'$"),
     (["optimizer.lr=-1"], r"^optimizer.lr must be a finite number >= 0, got -1$"),
     (["optimizer.lr=abc"], r"^optimizer.lr must be a finite number >= 0, got 'abc'$"),
+    # before: torch's "value cannot be converted to type float without overflow" traceback
+    (
+        ["optimizer.lr=1e308"],
+        r"^optimizer.lr=1e\+308 is beyond float32's largest value \(3.403e\+38\), which the "
+        r"parameters' update cannot take: choose a smaller value$",
+    ),
+    (["algo=cascade", "algo.server_lr=1e300"], r"^algo.server_lr=1e\+300 is beyond float32's"),
     (["optimizer.momentum=-0.5"], r"^optimizer.momentum must be a number in \[0, 1\), got -0.5$"),
     (
         ["optimizer=adam", "+optimizer.betas=[0.9,1.5]"],

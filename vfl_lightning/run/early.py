@@ -10,7 +10,7 @@ import importlib.util
 import os
 import sys
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vfl_lightning.errors import ConfigError
 from vfl_lightning.run.key_index import NOT_INDEXED, choices, indexed_parameters, locate
@@ -28,6 +28,7 @@ def check_early(cfg: DictConfig) -> None:
     """Every check of this module, in the order a user would fix them."""
     check_run_config(cfg)
     check_schema(cfg, imports=False)
+    check_float32_settings(cfg)
     check_dataset_name(cfg)
     check_metric_names(cfg)
     check_target_packages(cfg)
@@ -74,6 +75,23 @@ def check_dataset_name(cfg: DictConfig) -> None:
             f"the loader): {fix}choose one with data=NAME ({', '.join(choices('datasets'))}), "
             "or set data.loader to your loader's dotted path package.module.function"
         )
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_SETTINGS = ("optimizer.lr", "optimizer.weight_decay", "optimizer.eps", "algo.server_lr")
+"""Optimizer settings torch converts to the parameters' float32 when it steps."""
+
+
+def check_float32_settings(cfg: DictConfig) -> None:
+    """A setting of :data:`FLOAT32_SETTINGS` above float32's largest value (``optimizer.lr=1e308``:
+    torch's update would fail with an overflow after the data is built)."""
+    for key in FLOAT32_SETTINGS:
+        value = OmegaConf.select(cfg, key, default=None)
+        if is_number(value) and abs(value) > FLOAT32_MAX:
+            raise ConfigError(
+                f"{key}={value:g} is beyond float32's largest value ({FLOAT32_MAX:.4g}), which "
+                "the parameters' update cannot take: choose a smaller value"
+            )
 
 
 def check_metric_names(cfg: DictConfig) -> None:
