@@ -90,6 +90,12 @@ BATTERY = [
     (["trainer.accelerator=tpu"], r"^trainer.accelerator must be one of \('auto', .*got 'tpu'$"),
     (["optimizer.lr=-1"], r"^optimizer.lr must be a finite number >= 0, got -1$"),
     (["optimizer.lr=abc"], r"^optimizer.lr must be a finite number >= 0, got 'abc'$"),
+    # before: trained, and a sweeper got no value
+    (
+        ["test=false", "optimized_metric=test/acc"],
+        r"^test=false runs no test split, but optimized_metric=test/acc needs one: set test=true, "
+        r"or choose a val/ metric$",
+    ),
     # before: torch's "value cannot be converted to type float without overflow" traceback
     (
         ["optimizer.lr=1e308"],

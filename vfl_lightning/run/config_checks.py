@@ -107,7 +107,14 @@ def check_optimizer(optimizer: DictConfig) -> None:
 
 def check_validation_split(cfg: DictConfig) -> None:
     """Refuse ``data.val_fraction=0`` when a validation metric is asked for: the sweepers'
-    ``optimized_metric`` or a ``target`` with a value (otherwise silently missing)."""
+    ``optimized_metric`` or a ``target`` with a value (otherwise silently missing); so is
+    ``test=false`` with a ``test/`` ``optimized_metric``."""
+    metric = cfg.get("optimized_metric")
+    if not cfg.get("test", True) and metric and str(metric).startswith("test/"):
+        raise ConfigError(
+            f"test=false runs no test split, but optimized_metric={metric} needs one: set "
+            "test=true, or choose a val/ metric"
+        )
     fraction = cfg.data.get("val_fraction")
     if fraction is None or isinstance(fraction, bool) or fraction != 0:
         return
