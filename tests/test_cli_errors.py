@@ -198,11 +198,16 @@ BEFORE_FIT = [
         r"^data.bach_size is not a config key \(data \(vfl_lightning.data.VerticalDataModule\) "
         r"takes active_party, batch_size, .*\); check the spelling of 'bach_size'",
     ),
-    # a runtime keeps its settings (**settings): the keys its config files set (before: any)
+    # a runtime takes its SETTINGS (before: any key trained)
     (
         ["+runtime.foo=1"],
-        r"^runtime.foo is not a config key \(runtime \(vfl_lightning.run.runtimes.LocalRuntime\) "
-        r"takes .*name, num_cpus, .*party_seeds.*\); check the spelling of 'foo'",
+        r"^runtime.foo is not a config key \(runtime=local takes name, party_seeds\); check the "
+        r"spelling of 'foo', or drop the override$",
+    ),
+    (
+        ["runtime=ray", "+runtime.foo=1"],
+        r"^runtime.foo is not a config key \(runtime=ray takes address, exchange, known_parties, "
+        r"name, num_cpus, party_dir, party_resources, party_seeds, time_scale\); check the ",
     ),
     # a node without _target_ is checked at every depth (before: audit.canary.foo trained)
     (

@@ -71,15 +71,12 @@ def test_a_class_passing_kwargs_to_another_library_takes_any_key():
     assert key_index.indexed_parameters("my_package.Mine") is key_index.NOT_INDEXED
 
 
-def test_kwargs_kept_or_passed_to_a_named_function_take_a_fixed_set_of_keys():
-    """A runtime keeps its ``**settings`` (the chain ends at ``object``): its config files' keys
-    only; W&B's logger names the function its ``**kwargs`` reach (``KWARGS_GO_TO``)."""
+def test_kwargs_passed_to_a_named_function_take_its_keys():
+    """W&B's logger names the function its ``**kwargs`` reach (``KWARGS_GO_TO``)."""
     import inspect
 
     import wandb
 
-    runtime = key_index.indexed_parameters("vfl_lightning.run.runtimes.LocalRuntime")
-    assert runtime == frozenset({"name"})
     logger = key_index.indexed_parameters("vfl_lightning.loggers.WandbLogger")
     assert {"offline", "log_model", "save_dir", "project", "notes", "entity"} <= logger
     assert set(inspect.signature(wandb.init).parameters) <= logger

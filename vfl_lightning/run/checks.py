@@ -17,7 +17,7 @@ from vfl_lightning.errors import ConfigError
 from vfl_lightning.files import unwritable
 from vfl_lightning.privacy.analysis.pbm import check_pbm_privacy_parameters
 from vfl_lightning.privacy.callback import PrivacyCallback
-from vfl_lightning.run.runtimes import party_policy, runtime_class
+from vfl_lightning.run.runtimes import check_settings, party_policy, runtime_class
 
 
 def check_output_dir(output_dir: Path) -> None:
@@ -99,6 +99,7 @@ def check_runtime(cfg: DictConfig) -> None:
     """Refuse a runtime that cannot be imported, a protocol that does not run on it (its
     ``RUNTIMES``), and what the runtime itself refuses (:meth:`LocalRuntime.check`)."""
     runtime = runtime_class(cfg)
+    check_settings(cfg, runtime)
     name = runtime_name(cfg)
     party_seeds(cfg)
     party_policy(cfg)

@@ -195,6 +195,8 @@ class GrpcRuntime(LocalRuntime):
 
     PRIVATE_SEEDS = True
 
+    SETTINGS = SETTINGS
+
     def __init__(self, name: str = "grpc", **settings) -> None:
         super().__init__(name, **settings)
         self.channels: list = []

@@ -97,8 +97,6 @@ def signature_keys(found) -> frozenset[str] | None:
         return None
     names: set[str] = set()
     for owner, function in chain:
-        if owner is object:  # ``**kwargs`` kept, not passed on: the keys its config files set
-            break
         try:
             parameters = inspect.signature(function).parameters.values()
         except (TypeError, ValueError):  # a builtin without a readable signature

@@ -121,6 +121,18 @@ class RayRuntime(LocalRuntime):
 
     PRIVATE_SEEDS = True
 
+    SETTINGS = (
+        "name",
+        "address",
+        "num_cpus",
+        "party_resources",
+        "exchange",
+        "time_scale",
+        "party_seeds",
+        "party_dir",
+        "known_parties",
+    )
+
     def __init__(self, name: str = "ray", **settings) -> None:
         super().__init__(name, **settings)
         self.started = False

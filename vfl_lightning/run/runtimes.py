@@ -19,6 +19,10 @@ class LocalRuntime:
     """Whether a party may draw its seeds from entropy the server never sees
     (``runtime.party_seeds=private``): only where each party runs in its own process."""
 
+    SETTINGS: tuple[str, ...] = ("name", "party_seeds")
+    """The ``runtime.*`` keys this runtime takes (its ``**settings``): another is refused by
+    :func:`check_settings` before anything is built."""
+
     def __init__(self, name: str = "local", **settings) -> None:
         self.name = str(name)
         self.settings = settings
@@ -45,6 +49,19 @@ class LocalRuntime:
 
     def stop(self) -> None:
         """Release what :meth:`start` started."""
+
+
+def check_settings(cfg: DictConfig, runtime: type[LocalRuntime]) -> None:
+    """A ``runtime.*`` key the runtime does not take (``+runtime.foo=1``), in one line."""
+    taken = ("_target_", *runtime.SETTINGS)
+    unknown = [str(key) for key in cfg.get("runtime") or {} if key not in taken]
+    if unknown:
+        name = (cfg.get("runtime") or {}).get("name", "local")
+        raise ConfigError(
+            f"runtime.{unknown[0]} is not a config key (runtime={name} takes "
+            f"{', '.join(sorted(runtime.SETTINGS))}); check the spelling of {unknown[0]!r}, or "
+            "drop the override"
+        )
 
 
 def runtime_class(cfg: DictConfig) -> type[LocalRuntime]:
