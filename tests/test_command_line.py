@@ -373,3 +373,16 @@ def test_a_party_that_fails_to_start_names_the_cause_and_no_checkpoint(round, ch
         if checkpoint
         else "the run stopped before training: run the same command again"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--bogus"], "error: unrecognized arguments: --bogus (see --help)"),
+        (["--info", "nope"], "error: argument --info/-i: invalid choice: 'nope' (choose from "),
+    ],
+)
+def test_a_flag_hydra_does_not_take_is_one_line(new_user, monkeypatch, capsys, argv, line):
+    """Before: Hydra's usage (several lines), then ``train.py: error: ...``."""
+    code, err = run_cli(argv, monkeypatch, capsys)
+    assert code == 2 and len(err) == 1 and err[0].startswith(line), err

@@ -44,11 +44,20 @@ def hydra_command_line() -> Iterator[None]:
     groups from one copy of the config repository."""
     import hydra._internal.hydra as hydra_module
     import hydra._internal.utils as utils
+
+    hydra_main = sys.modules["hydra.main"]  # the module (``hydra.main`` is also its decorator)
     from hydra.plugins.sweeper import Sweeper
 
     original = utils.run_and_report
     original_help = hydra_module.Hydra.app_help
     original_validate = Sweeper.validate_batch_is_legal
+    original_parser = hydra_main.get_args_parser
+
+    def get_args_parser():
+        """Hydra's parser, a usage error one line (``--bogus``: before, its usage and the error)."""
+        parser = original_parser()
+        parser.error = lambda message: parser.exit(2, f"error: {message} (see --help)\n")
+        return parser
 
     def app_help(self, *args, **kwargs):
         self.config_loader.get_group_options = group_options_from_one_repository(self.config_loader)
@@ -80,12 +89,14 @@ def hydra_command_line() -> Iterator[None]:
     utils.run_and_report = hydra_module.run_and_report = run_and_report
     hydra_module.Hydra.app_help = app_help
     Sweeper.validate_batch_is_legal = validate_batch_is_legal
+    hydra_main.get_args_parser = get_args_parser
     try:
         yield
     finally:
         utils.run_and_report = hydra_module.run_and_report = original
         hydra_module.Hydra.app_help = original_help
         Sweeper.validate_batch_is_legal = original_validate
+        hydra_main.get_args_parser = original_parser
 
 
 def check_every_job(sweeper, batch) -> None:
@@ -94,6 +105,8 @@ def check_every_job(sweeper, batch) -> None:
     (``data.batch_size=32,-1,64``) refuses the sweep in one line, exit 2, before anything
     trains. What only a job's own run finds (after the imports) fails that job, and the sweep
     goes on."""
+    from vfl_lightning.run.job_checks import job_problem
+
     for number, overrides in enumerate(batch):
         problem = job_problem(sweeper, number, list(overrides))
         if problem is not None:
@@ -101,41 +114,6 @@ def check_every_job(sweeper, batch) -> None:
                 f"error: {problem} (job {number} of the sweep: {' '.join(overrides)}; no job ran)",
                 2,
             )
-
-
-def job_problem(sweeper, number: int, overrides: list[str]) -> str | None:
-    """The line :func:`~vfl_lightning.run.early.check_early` refuses job ``number`` with
-    (``overrides`` composed as the launcher composes them), or None."""
-    import copy
-
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf, open_dict, read_write
-
-    from vfl_lightning.errors import ConfigError
-    from vfl_lightning.run.early import check_early
-
-    loader = sweeper.hydra_context.config_loader
-    hydra_config = HydraConfig.instance()
-    previous = hydra_config.cfg
-    try:
-        job = loader.load_sweep_config(master_config=sweeper.config, sweep_overrides=overrides)
-        # as the launcher sets them for the job: its number, its output dir (${hydra:...})
-        with open_dict(job):
-            job.hydra.job.num = number
-            job.hydra.job.id = f"check_{number}"
-        with read_write(job.hydra.runtime):
-            folder = OmegaConf.select(job, "hydra.sweep.dir"), job.hydra.sweep.subdir
-            job.hydra.runtime.output_dir = os.path.abspath(os.path.join(*map(str, folder)))
-        hydra_config.set_config(job)
-        task = copy.deepcopy(job)
-        with read_write(task), open_dict(task):
-            del task["hydra"]
-        check_early(task)
-        return None
-    except ConfigError as error:
-        return " ".join(str(error).split())
-    finally:
-        hydra_config.cfg = previous
 
 
 def group_options_from_one_repository(loader):

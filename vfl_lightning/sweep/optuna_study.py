@@ -29,7 +29,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from vfl_lightning.errors import ConfigError
-from vfl_lightning.run.hydra_cli import job_problem
+from vfl_lightning.run.job_checks import job_problem
 from vfl_lightning.sweep.space import SearchSpace, search_space
 
 log = logging.getLogger(__name__)
