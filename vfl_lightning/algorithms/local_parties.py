@@ -321,5 +321,5 @@ class LocalParties(Parties):
             party.generators.load_state_dict(saved)
             party.guard.load_state_dict(guard)
 
-    def close(self):
+    def close(self, status: str = "ended"):
         """Nothing to release: the party models belong to the protocol's module."""

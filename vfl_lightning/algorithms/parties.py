@@ -315,5 +315,6 @@ class Parties(ABC):
     def load_state_dict(self, state: dict) -> None: ...
 
     @abstractmethod
-    def close(self) -> None:
-        """Release what the parties hold (their processes)."""
+    def close(self, status: str = "ended") -> None:
+        """Release what the parties hold (their processes); ``status``: how the run ended
+        (``finished``, ``failed``, ``interrupted``), for parties that are told."""

@@ -138,7 +138,7 @@ def _train(cfg: DictConfig) -> dict:
     finally:
         ignore_sigterm_from_here()
         if module is not None:
-            module.party_side.close()
+            module.party_side.close(results.get("status", "ended"))
         if runtime is not None:
             runtime.stop()
         results["time/wall_s"] = time.perf_counter() - started

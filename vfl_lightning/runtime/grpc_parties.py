@@ -317,7 +317,8 @@ class GrpcParties(Parties):
 
     # ----------------------------------------------------------------- end
     def close(self, status: str = "ended"):
-        """Close every party's session (a lost party has nothing to close)."""
+        """Close every party's session with the run's ``status`` (a lost party has nothing to
+        close)."""
         self.stopping.set()
         self.traffic.enter(False)
         for stream in self.streams:

@@ -319,7 +319,7 @@ class RayParties(AsyncRayMethods, RayAlignment, Parties):
             raise ConfigError(problems[0])
         self.run = run
 
-    def close(self):
+    def close(self, status: str = "ended"):
         if self.batches is not None:
             self.batches.close()
         for actor in self.actors:
