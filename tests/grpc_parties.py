@@ -70,6 +70,14 @@ class PartyProcess:
     def output(self) -> str:
         return self.log.read_text() if self.log.exists() else ""
 
+    def output_with(self, text: str, timeout_s: float = 60.0) -> str:
+        """Its output once it holds ``text`` (a line the program prints after it answered the
+        server, which may come after the server's call returned), or as it is after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self.output() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return self.output()
+
 
 @dataclass
 class Deployment:

@@ -168,7 +168,8 @@ def test_a_killed_party_stops_the_run_in_one_line_and_resumes_to_the_straight_ru
         assert line.endswith(f"restart the party program and resume with ckpt_path={checkpoint}")
         results = json.loads((killed_dir / "results.json").read_text())
         assert results["status"] == "failed" and results["error"] == line
-        assert "party 0: the server closed the run (failed)" in deployment.parties[0].output()
+        closed = "party 0: the server closed the run (failed)"
+        assert closed in deployment.parties[0].output_with(closed)
         assert victim.stop() == -signal.SIGKILL
         deployment.start([1])  # the party program again: same configuration, new port
         resumed_cfg = compose_config(

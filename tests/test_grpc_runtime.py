@@ -48,7 +48,7 @@ def test_pbm_over_grpc_is_the_local_run_and_its_sockets_carry_the_ledger(tmp_pat
         saved = list((party.config.parent / "state").rglob("round_*.pt"))
         assert saved, f"party {party.party} saved no state in its own directory"
         closed = f"party {party.party}: the server closed the run (finished)"
-        assert closed in party.output(), party.output()
+        assert closed in party.output_with(closed), party.output()
 
 
 @pytest.mark.slow
