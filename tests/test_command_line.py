@@ -107,6 +107,12 @@ CASES = [
         r"choose a value in \[0, 1\]$",
     ),
     (
+        ["target.stop=true"],
+        r"^target.stop=true ends training when target.metric=val/acc reaches target.value, but "
+        r"target.value is null, so it would never stop: set target.value \(e.g. "
+        r"target.value=0.9\), or target.stop=false$",
+    ),
+    (
         ["data.partition=explicit", "data.columns=5"],
         r"^data.columns must be null or one list of column indices >= 0 per party, e.g. "
         r"\[\[0,1\],\[2,3\]\], got 5$",

@@ -119,6 +119,12 @@ def check_metric_names(cfg: DictConfig) -> None:
                 f"and auprc with binary labels only): {fix}"
             )
     metric, goal = target.get("metric"), target.get("value")
+    if target.get("stop") is True and goal is None:
+        raise ConfigError(
+            f"target.stop=true ends training when target.metric={metric} reaches target.value, "
+            "but target.value is null, so it would never stop: set target.value (e.g. "
+            "target.value=0.9), or target.stop=false"
+        )
     bounded = isinstance(metric, str) and metric.partition("/")[2] in BOUNDED_METRICS
     if bounded and is_number(goal) and not 0 <= goal <= 1:
         raise ConfigError(
