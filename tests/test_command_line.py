@@ -106,6 +106,12 @@ CASES = [
         r"^target.value=2 can never be reached by target.metric=val/acc, which lies in \[0, 1\]: "
         r"choose a value in \[0, 1\]$",
     ),
+    # an option the dataset's loader does not take: named as data.options.<key>, not data.<key>
+    (
+        ["+data.options.foo=1"],
+        r"^data.options.foo is not an option of the digits dataset's loader: drop it with "
+        r"~data.options.foo$",
+    ),
     (
         ["target.stop=true"],
         r"^target.stop=true ends training when target.metric=val/acc reaches target.value, but "

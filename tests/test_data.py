@@ -71,6 +71,29 @@ def test_clipped_scaling_keeps_every_row_inside_the_training_range():
         VerticalDataModule("breast_cancer", num_parties=3, partition="even", scaling="minmax")
 
 
+SYNTHETIC = {"n_samples": 200, "n_features": 8, "n_informative": 4, "n_classes": 2}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"n_samples": -5}, r"^data.options.n_samples=-5 is refused by the synthetic dataset's "),
+        (
+            {"foo": 1},
+            r"^data.options.foo is not an option of the synthetic dataset's loader: drop ",
+        ),
+        ({"n_classes": 1}, r"^data=synthetic \(data.options=.*\) gives 1 class, and a classifier"),
+    ],
+)
+def test_loader_options_it_refuses_are_named_in_one_line(options, message):
+    from vfl_lightning.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        VerticalDataModule(
+            "synthetic", num_parties=2, partition="even", options=SYNTHETIC | options
+        )
+
+
 def test_epoch_order_depends_only_on_seed_and_epoch():
     dm = VerticalDataModule("digits", batch_size=64, seed=1)
     loader = dm.train_dataloader()

@@ -120,7 +120,7 @@ class PartyFactory:
             return instantiate(self.config["data"], **options)
         except Exception as error:
             cause = error
-            while cause.__cause__ is not None and not isinstance(cause, TypeError):
+            while cause.__cause__ is not None and not isinstance(cause, TypeError | ConfigError):
                 cause = cause.__cause__
             unknown = re.search(r"unexpected keyword argument '(\w+)'", str(cause))
             if not isinstance(cause, TypeError) or unknown is None:

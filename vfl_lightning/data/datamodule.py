@@ -32,6 +32,7 @@ from vfl_lightning.data.splits import (
     check_psi,
     column,
 )
+from vfl_lightning.errors import ConfigError
 from vfl_lightning.seeding import derive_seed
 
 STAGES = ("train", "val", "test")
@@ -184,6 +185,12 @@ class VerticalDataModule(AlignedSplits, L.LightningDataModule):
         if self.binary:
             raw = binary_view(raw)
         self.raw_name = raw.name
+        if raw.num_classes < 2:
+            options = f" (data.options={self.options})" if self.options else ""
+            raise ConfigError(
+                f"data={self.name}{options} gives {raw.num_classes} class, and a classifier needs "
+                "at least 2: choose options or a dataset with two classes or more"
+            )
         self.num_classes = raw.num_classes
         feature_shape = raw.x.shape[1:]
         num_features = int(np.prod(feature_shape))

@@ -7,10 +7,12 @@ options from the data config's ``options``; :data:`LOADERS` maps the public ``da
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from vfl_lightning.data import images, licensed, multiview, tables
 from vfl_lightning.data.raw import RawDataset, named_or_imported
+from vfl_lightning.errors import ConfigError
 
 
 def load_digits(data_dir: str | None = None) -> RawDataset:
@@ -82,4 +84,32 @@ LOADERS: dict[str, Callable[..., RawDataset]] = {
 def load_dataset(name: str, data_dir: str | None = None, **options) -> RawDataset:
     """Load the dataset called ``name``: a key of :data:`LOADERS`, or the dotted path of a loader
     ``(data_dir, **options) -> RawDataset`` outside the library."""
-    return named_or_imported(name, LOADERS, "dataset")(data_dir, **options)
+    loader = named_or_imported(name, LOADERS, "dataset")
+    try:
+        return loader(data_dir, **options)
+    except (TypeError, ValueError) as error:
+        problem = options_problem(name, options, error)
+        if problem is None:
+            raise
+        raise ConfigError(problem) from error
+
+
+def options_problem(name: str, options: dict, error: BaseException) -> str | None:
+    """The one line for a loader that refused ``data.options`` (an option it does not take, or a
+    value out of its range), naming the option when the error names it; None when ``options`` is
+    empty or the error is not about them."""
+    if not options:
+        return None
+    text = " ".join(str(error).split())
+    unknown = re.search(r"unexpected keyword argument '(\w+)'", text)
+    if isinstance(error, TypeError) and unknown:
+        key = unknown.group(1)
+        return (
+            f"data.options.{key} is not an option of the {name} dataset's loader: drop it with "
+            f"~data.options.{key}"
+        )
+    named = [key for key in options if f"'{key}'" in text or f'"{key}"' in text]
+    if not named:
+        return None
+    key = named[0]
+    return f"data.options.{key}={options[key]!r} is refused by the {name} dataset's loader: {text}"
