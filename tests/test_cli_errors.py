@@ -629,3 +629,34 @@ def test_no_training_batches_is_accepted_to_evaluate_a_checkpoint():
     check_training_batches(config(None, None))
     with pytest.raises(ConfigError, match=r"^trainer.limit_train_batches=0 trains nothing"):
         check_training_batches(config(0, None))
+
+
+def _raised_in(module: str, message: str) -> ValueError:
+    """A ValueError whose innermost frame belongs to ``module`` (as Lightning's own raises do)."""
+    scope = {"__name__": module}
+    exec("def fail(message):\n    raise ValueError(message)", scope)
+    try:
+        scope["fail"](message)
+    except ValueError as error:
+        return error
+    raise AssertionError("not raised")
+
+
+def test_a_trainer_argument_in_lightnings_own_message_is_named_as_this_configs_key():
+    """Lightning's fit loop refuses trainer.val_check_interval above an epoch's batches in its own
+    words (`val_check_interval`, `check_val_every_n_epoch=None`): the line names our keys."""
+    message = (
+        " `val_check_interval` (25) must be less than or equal to the number of the training "
+        "batches (9). If you want to disable validation set `limit_val_batches` to 0.0 instead. "
+        "If you want to validate based on the total training batches, set "
+        "`check_val_every_n_epoch=None`. `not_an_argument` stays."
+    )
+    line = error_summary(_raised_in("lightning.pytorch.loops.fit_loop", message))
+    assert line == (
+        "trainer.val_check_interval (25) must be less than or equal to the number of the training "
+        "batches (9). If you want to disable validation set trainer.limit_val_batches to 0.0 "
+        "instead. If you want to validate based on the total training batches, set "
+        "trainer.check_val_every_n_epoch=null. `not_an_argument` stays."
+    )
+    # the same words raised outside Lightning are left as they are
+    assert error_summary(_raised_in("somewhere.else", message)) == " ".join(message.split())

@@ -3,6 +3,8 @@ configuration, 1: a stated run failure, none: a bug), interruption, and closing 
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
 
 from hydra.errors import HydraException, InstantiationException
@@ -51,10 +53,31 @@ def data_dir_error(error: BaseException, data_dir: str) -> ConfigError | None:
 
 
 def error_summary(error: BaseException) -> str:
-    """One line: the (unwrapped) error's message with its whitespace collapsed."""
+    """One line: the (unwrapped) error's message with its whitespace collapsed; in a message of
+    Lightning's, a Trainer argument it names as `name` becomes this config's key trainer.name."""
     cause = root_cause(error)
     text = " ".join(str(cause).split())
+    if _from_lightning(cause):
+        text = re.sub(r"`(\w+)(=[^`]*)?`", _trainer_key, text)
     return text or type(cause).__name__
+
+
+def _from_lightning(error: BaseException) -> bool:
+    """Whether Lightning defined ``error``'s class or raised it (its innermost frame)."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    raiser = "" if frame is None else str(frame.tb_frame.f_globals.get("__name__", ""))
+    return any(name.startswith("lightning.") for name in (type(error).__module__, raiser))
+
+
+def _trainer_key(match: re.Match) -> str:
+    from lightning import Trainer
+
+    name, value = match.group(1), match.group(2) or ""
+    if name not in inspect.signature(Trainer.__init__).parameters:
+        return match.group(0)
+    return f"trainer.{name}{'=null' if value == '=None' else value}"
 
 
 def exit_code(error: BaseException) -> int | None:
