@@ -198,9 +198,24 @@ def ray_session(tmp_path_factory):
 
     ray = pytest.importorskip("ray")
     os.environ[PARTY_DIR_ENV] = str(tmp_path_factory.mktemp("party_machines"))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_ray(ray)
     yield
     ray.shutdown()
+
+
+def start_ray(ray, attempts: int = 3) -> None:
+    """``ray.init`` for the tests, tried again when the local instance does not come up: on a
+    loaded machine Ray's GCS has missed its startup deadline ("Timed out waiting for file
+    .../gcs_server_port_..."), which failed every Ray test of the session at setup."""
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            return
+        except Exception:
+            ray.shutdown()
+            if attempt == attempts:
+                raise
+            time.sleep(5 * attempt)
 
 
 RAY_TWO_PARTIES = [
