@@ -204,9 +204,9 @@ def ray_session(tmp_path_factory):
 
 
 def start_ray(ray, attempts: int = 3) -> None:
-    """``ray.init`` for the tests, tried again when the local instance does not come up: on a
-    loaded machine Ray's GCS has missed its startup deadline ("Timed out waiting for file
-    .../gcs_server_port_..."), which failed every Ray test of the session at setup."""
+    """``ray.init`` for the tests, tried again when the local instance does not come up (on a
+    loaded machine Ray's GCS can miss its startup deadline: "Timed out waiting for file
+    .../gcs_server_port_..."), so one slow start does not fail every Ray test at setup."""
     for attempt in range(1, attempts + 1):
         try:
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

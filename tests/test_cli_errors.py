@@ -71,7 +71,7 @@ BATTERY = [
     (["seed=1.5"], r"^seed must be an integer in \[0, 2\^32 - 1\], got 1.5$"),
     (["torch_threads=-1"], r"^torch_threads must be an integer >= 1 or null, got -1$"),
     (["torch_threads=abc"], r"^torch_threads must be an integer >= 1 or null, got 'abc'$"),
-    # before: the data loader's import failed with a multi-line mmap error
+    # 100,000 threads would exhaust memory while the data loads
     (
         ["torch_threads=100000"],
         rf"^torch_threads=100000 is more than 4 threads per core of this machine's "
@@ -90,13 +90,13 @@ BATTERY = [
     (["trainer.accelerator=tpu"], r"^trainer.accelerator must be one of \('auto', .*got 'tpu'$"),
     (["optimizer.lr=-1"], r"^optimizer.lr must be a finite number >= 0, got -1$"),
     (["optimizer.lr=abc"], r"^optimizer.lr must be a finite number >= 0, got 'abc'$"),
-    # before: trained, and a sweeper got no value
+    # a sweeper would get no value
     (
         ["test=false", "optimized_metric=test/acc"],
         r"^test=false runs no test split, but optimized_metric=test/acc needs one: set test=true, "
         r"or choose a val/ metric$",
     ),
-    # before: torch's "value cannot be converted to type float without overflow" traceback
+    # beyond float32, which torch's update cannot take
     (
         ["optimizer.lr=1e308"],
         r"^optimizer.lr=1e\+308 is beyond float32's largest value \(3.403e\+38\), which the "
@@ -198,7 +198,7 @@ BEFORE_FIT = [
         r"^data.bach_size is not a config key \(data \(vfl_lightning.data.VerticalDataModule\) "
         r"takes active_party, batch_size, .*\); check the spelling of 'bach_size'",
     ),
-    # a runtime takes its SETTINGS (before: any key trained)
+    # a runtime takes its SETTINGS only
     (
         ["+runtime.foo=1"],
         r"^runtime.foo is not a config key \(runtime=local takes name, party_seeds\); check the "
@@ -209,14 +209,13 @@ BEFORE_FIT = [
         r"^runtime.foo is not a config key \(runtime=ray takes address, exchange, known_parties, "
         r"name, num_cpus, party_dir, party_resources, party_seeds, time_scale\); check the ",
     ),
-    # a node without _target_ is checked at every depth (before: audit.canary.foo trained)
+    # a node without _target_ is checked at every depth
     (
         ["audit=canary", "+audit.canary.foo=1"],
         r"^audit.canary.foo is not a config key \(audit.canary takes confidence, count, known, "
         r"party\); check the spelling of 'foo'",
     ),
-    # W&B's logger passes what Lightning's does not take to wandb.init (before: "init() got an
-    # unexpected keyword argument 'foo'")
+    # W&B's logger passes what Lightning's does not take to wandb.init: its keys are checked
     (
         ["logger=wandb", "+logger.wandb.foo=1"],
         r"^logger.wandb.foo is not a config key \(logger.wandb \(vfl_lightning.loggers."

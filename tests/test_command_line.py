@@ -212,14 +212,13 @@ def test_a_refused_run_writes_results_json_and_its_log(new_user, monkeypatch, ca
             r"^error: optimized_metric=val/nope is not a metric runs log .*\(job 0 of the sweep: "
             r"seed=0 optimized_metric=val/nope logger=none; no job ran\)$",
         ),
-        # an Optuna study's fixed override that every trial would be refused for (before: each
-        # trial failed, exit 0 with 'best value None')
+        # an Optuna study's fixed override that every trial would be refused for
         (
             ["experiment=pbm_search", "optimizer.lr=-1", "hydra.sweeper.n_trials=2"],
             r"^error: optimizer.lr must be a finite number >= 0, got -1 \(every trial: "
             r"optimizer.lr=-1 experiment=pbm_search logger=none; no trial ran\)$",
         ),
-        # before: joblib's 'n_jobs == 0 in Parallel has no meaning' traceback, exit 1
+        # n_jobs=0 has no meaning to joblib
         (
             ["hydra/launcher=joblib", "hydra.launcher.n_jobs=0", "seed=0,1"],
             r"^error: hydra.launcher.n_jobs must be a nonzero integer \(jobs at a time; -1: one "

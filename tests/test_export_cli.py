@@ -105,15 +105,14 @@ def test_bad_flags_and_help(capsys):
 
 
 def test_a_data_dir_that_cannot_be_made_names_the_key(tmp_path, capsys):
-    """As train.py names it (before: `error: [Errno 2] No such file or directory: '/proc/x'`)."""
+    """As train.py names it: the key, the value and the cause."""
     line = refused(capsys, "data=mnist", "paths.data_dir=/proc/x", "--out", str(tmp_path / "o"))
     assert line == "paths.data_dir=/proc/x cannot be used: No such file or directory (/proc/x)"
     assert not (tmp_path / "o").exists()
 
 
 def test_the_example_of_help_runs(tmp_path, capsys):
-    """The command ``--help`` shows writes its files (before: the example's data.num_parties=2
-    with digits' quadrants was refused)."""
+    """The command ``--help`` shows writes its files."""
     with pytest.raises(SystemExit):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())

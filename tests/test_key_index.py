@@ -255,7 +255,7 @@ def test_a_callback_factory_function_is_checked_without_an_error_log(make_cfg, c
 
 
 def test_the_command_takes_no_arguments_and_leaves_the_index_alone_on_one(capsys):
-    """``--help`` and an unknown flag do not rebuild the file (before: any argument rebuilt it)."""
+    """``--help`` and an unknown flag do not rebuild the file."""
     from vfl_lightning.run import key_index
 
     before = key_index.INDEX_FILE.stat().st_mtime_ns

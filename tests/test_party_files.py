@@ -135,8 +135,7 @@ def test_fedvs_trains_on_segmented_batches_from_party_files(tmp_path, make_cfg):
     segmented = "vfl_lightning.data.files_datamodule.SegmentedPartyFilesDataModule"
     files = ["data=party_files", f"data.dir={tmp_path / 'files'}", f"data._target_={segmented}"]
     assert train(make_cfg(*common, *files))["model_digest"] == original["model_digest"]
-    # without data._target_, one line naming it (before: "VerticalDataModule.__init__() got an
-    # unexpected keyword argument 'dir'")
+    # without data._target_, one line naming it and the data module that reads the files
     with pytest.raises(ConfigError) as refused:
         train(make_cfg(*common, *files[:2]))
     assert str(refused.value) == (

@@ -303,7 +303,7 @@ def test_publish_refuses_a_file_that_is_no_specification_before_any_key_or_netwo
     tmp_path, capsys, monkeypatch, no_network, content, message
 ):
     """With a key set, a file that is not the report command's specification is one line and
-    status 2 (before: a JSON or pydantic traceback and status 1)."""
+    status 2."""
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     spec = tmp_path / "wandb_report.json"

@@ -153,7 +153,7 @@ def test_finished_run_has_status_and_strict_json(make_cfg):
 
 def test_ctrl_c_is_recorded_as_interrupted(make_cfg):
     """Lightning turns Ctrl-C into ``sys.exit(1)``; the run raises Terminated with the line that
-    says where it stopped and how to resume (results.json's ``error``; before: ``"1"``)."""
+    says where it stopped and how to resume (results.json's ``error``)."""
     cfg = make_cfg("algo=npq", *SHORT, "trainer.max_epochs=2", *stop_at(1, 1, how="interrupt"))
     handler = signal.getsignal(signal.SIGINT)
     try:

@@ -100,8 +100,7 @@ def test_the_command_line_prints_one_line_and_exits_143(make_cfg, capsys, sigter
 
 
 def test_ctrl_c_on_the_command_line_is_one_line_and_exits_130(make_cfg, capsys):
-    """As SIGTERM: the line says where the run stopped and how to resume (before: Lightning's
-    ``sys.exit(1)``, no line, results.json's error ``"1"``)."""
+    """As SIGTERM: the line says where the run stopped and how to resume."""
     cfg = make_cfg("algo=npq", *SHORT, "trainer.max_epochs=3", *stop_at(1, 0, how="interrupt"))
     handler = signal.getsignal(signal.SIGINT)
     try:
